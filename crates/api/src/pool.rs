@@ -1,0 +1,154 @@
+//! `CNPool`: a pool of warm CN pods created from a pod template.
+//!
+//! Differences from the Go operator's CNPool (reference/matrixone-pool-api.md):
+//! - `spec.template` is a Kubernetes pod template, not a CNSet spec: cnpool
+//!   creates pool pods itself, behind a headless Service named after the pool.
+//! - `spec.deps` keeps the Go shape `logSet` / `externalLogSet`, but `logSet`
+//!   is a reference by name instead of an embedded LogSet object.
+//! - `spec.strategy.drainStrategy` is new: drain timeout and minimum delay
+//!   were operator-wide settings in Go.
+//! - `status` is filled in (it was empty in Go).
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::PodTemplateSpec;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::common::GoDuration;
+
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "core.matrixorigin.io",
+    version = "v1alpha1",
+    kind = "CNPool",
+    namespaced,
+    status = "CNPoolStatus",
+    derive = "PartialEq",
+    derive = "Default",
+    shortname = "cnpl",
+    category = "matrixone",
+    doc = "A pool of warm MatrixOne CN pods handed out exclusively to CNClaims.",
+    printcolumn(name = "Idle", type_ = "integer", json_path = ".status.idle"),
+    printcolumn(name = "Bound", type_ = "integer", json_path = ".status.bound"),
+    printcolumn(name = "Total", type_ = "integer", json_path = ".status.replicas"),
+    printcolumn(name = "MaxIdle", type_ = "integer", json_path = ".spec.strategy.scaleStrategy.maxIdle"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct CNPoolSpec {
+    /// The pod template of the pool's CN pods. The operator adds its own
+    /// labels, the headless Service's subdomain and the CN store finalizer.
+    #[schemars(schema_with = "crate::schema::pod_template")]
+    pub template: PodTemplateSpec,
+    /// Labels put on every pod of the pool; claims select pods by them.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub pod_labels: BTreeMap<String, String>,
+    /// Where the pool's CN stores are registered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deps: Option<PoolDeps>,
+    #[serde(default)]
+    pub strategy: PoolStrategy,
+}
+
+/// Where to find the HAKeeper of the MatrixOne cluster the pool's CNs join.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PoolDeps {
+    /// A MatrixOne LogSet managed by matrixone-operator; its discovery
+    /// Service is `<name>-log-discovery.<namespace>.svc:32001`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log_set: Option<LogSetRef>,
+    /// A log set reached at an explicit address; wins over `logSet`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub external_log_set: Option<ExternalLogSet>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LogSetRef {
+    pub name: String,
+    /// Defaults to the pool's namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ExternalLogSet {
+    /// `host:port` of the log set's discovery service.
+    #[serde(rename = "haKeeperEndpoint")]
+    pub ha_keeper_endpoint: String,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PoolStrategy {
+    #[serde(default)]
+    pub scale_strategy: ScaleStrategy,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub update_strategy: Option<UpdateStrategy>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drain_strategy: Option<DrainStrategy>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ScaleStrategy {
+    /// Idle pods kept warm beyond those in use and those pending claims need.
+    #[serde(default)]
+    pub max_idle: i32,
+    /// Upper bound on the pool's pods; unset means no bound.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_pods: Option<i32>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct UpdateStrategy {
+    /// How long a claim on a pod of an old template may stay before the
+    /// operator migrates it regardless (Go duration, e.g. `1h`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reclaim_timeout: Option<GoDuration>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DrainStrategy {
+    /// A draining CN that still has work after this long is terminated
+    /// (default `30m`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<GoDuration>,
+    /// A drained CN returns to Idle no sooner than this after its release
+    /// (default `15s`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_delay: Option<GoDuration>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CNPoolStatus {
+    /// All pods of the pool.
+    #[serde(default)]
+    pub replicas: i32,
+    #[serde(default)]
+    pub idle: i32,
+    #[serde(default)]
+    pub bound: i32,
+    #[serde(default)]
+    pub draining: i32,
+    #[serde(default)]
+    pub terminating: i32,
+    /// Claims nominated to the pool and waiting for a pod.
+    #[serde(default)]
+    pub pending_claims: i32,
+    /// Revision hash of the current template.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_revision: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}
