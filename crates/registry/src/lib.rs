@@ -6,7 +6,7 @@
 //! pod version it has just read (DESIGN §2, "Store"). This crate is the seam
 //! between that controller and the two implementations: the morpc client
 //! that talks to a real MatrixOne, and the in-memory registry of the
-//! simulator, which must keep HAKeeper's quirks:
+//! simulator ([`memory::MemoryRegistry`]), which must keep HAKeeper's quirks:
 //! - a [`StoreRegistry::patch_store`] with state Unknown (0) is stored as
 //!   Working, so Draining must always be sent explicitly;
 //! - `patch_store` with an empty label map leaves the labels as they were;
@@ -16,6 +16,8 @@
 
 use std::collections::BTreeMap;
 use std::future::Future;
+
+pub mod memory;
 
 /// Labels of a CN store: each key carries a list of values.
 pub type StoreLabels = BTreeMap<String, Vec<String>>;
