@@ -107,12 +107,16 @@ pub fn resource_list(resources: &[Arc<ResourceInfo>], group: &str, version: &str
         }
         listed.push(entry);
         if res.status {
-            listed.push(json!({"name": format!("{}/status", res.plural), "singularName": "", "namespaced": res.namespaced,
-                "kind": res.kind, "verbs": ["get", "patch", "update"]}));
+            listed.push(
+                json!({"name": format!("{}/status", res.plural), "singularName": "", "namespaced": res.namespaced,
+                "kind": res.kind, "verbs": ["get", "patch", "update"]}),
+            );
         }
         if res.scale.is_some() {
-            listed.push(json!({"name": format!("{}/scale", res.plural), "singularName": "", "namespaced": res.namespaced,
-                "group": "autoscaling", "version": "v1", "kind": "Scale", "verbs": ["get", "patch", "update"]}));
+            listed.push(
+                json!({"name": format!("{}/scale", res.plural), "singularName": "", "namespaced": res.namespaced,
+                "group": "autoscaling", "version": "v1", "kind": "Scale", "verbs": ["get", "patch", "update"]}),
+            );
         }
     }
     let group_version = if group.is_empty() { version.to_string() } else { format!("{group}/{version}") };

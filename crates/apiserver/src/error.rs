@@ -61,7 +61,8 @@ impl ApiError {
 
     /// 422: the object is invalid. `causes` are (field, message) pairs.
     pub fn invalid(kind: &str, name: &str, causes: Vec<(String, String)>) -> Self {
-        let summary = causes.iter().map(|(field, message)| format!("{field}: {message}")).collect::<Vec<_>>().join(", ");
+        let summary =
+            causes.iter().map(|(field, message)| format!("{field}: {message}")).collect::<Vec<_>>().join(", ");
         let causes: Vec<Value> = causes
             .into_iter()
             .map(|(field, message)| json!({"reason": "FieldValueInvalid", "message": message, "field": field}))

@@ -74,7 +74,9 @@ pub fn apply(kind: PatchKind, current: &Value, patch: &Value) -> Result<Value, A
             let operations: json_patch::Patch = serde_json::from_value(Value::Array(kept))
                 .map_err(|error| ApiError::bad_request(format!("error decoding patch: {error}")))?;
             json_patch::patch(&mut document, &operations).map_err(|error| {
-                ApiError::unprocessable(format!("the server rejected our request due to an error in our request: {error}"))
+                ApiError::unprocessable(format!(
+                    "the server rejected our request due to an error in our request: {error}"
+                ))
             })?;
         }
     }

@@ -216,11 +216,9 @@ fn builtin_columns(plural: &str) -> Vec<Column> {
             column("Node", "string", ".spec.nodeName", 1),
         ],
         "namespaces" => vec![column("Status", "string", ".status.phase", 0), age],
-        "services" => vec![
-            column("Type", "string", ".spec.type", 0),
-            column("Cluster-IP", "string", ".spec.clusterIP", 0),
-            age,
-        ],
+        "services" => {
+            vec![column("Type", "string", ".spec.type", 0), column("Cluster-IP", "string", ".spec.clusterIP", 0), age]
+        }
         "events" => vec![
             column("Type", "string", ".type", 0),
             column("Reason", "string", ".reason", 0),

@@ -266,13 +266,20 @@ impl Call {
                     crate::patch::apply(kind, &current, &crate::patch::parse(kind, &self.body)?)?
                 };
                 let Some(replicas) = updated["spec"]["replicas"].as_i64() else {
-                    return Err(ApiError::invalid("Scale", name, vec![("spec.replicas".into(), "Required value".into())]));
+                    return Err(ApiError::invalid(
+                        "Scale",
+                        name,
+                        vec![("spec.replicas".into(), "Required value".into())],
+                    ));
                 };
                 if replicas < 0 {
                     return Err(ApiError::invalid(
                         "Scale",
                         name,
-                        vec![("spec.replicas".into(), format!("Invalid value: {replicas}: must be greater than or equal to 0"))],
+                        vec![(
+                            "spec.replicas".into(),
+                            format!("Invalid value: {replicas}: must be greater than or equal to 0"),
+                        )],
                     ));
                 }
                 let version = updated["metadata"]["resourceVersion"].as_str().map(String::from);
@@ -308,7 +315,7 @@ impl Call {
         };
         let target = Target { resource: &watch.res, namespace: watch.namespace.as_deref() };
         let lines = match self.server.store.watch_from(&target, since) {
-            Ok((backlog, receiver, revision)) => watch.stream(backlog, receiver, revision, timeout).boxed(),
+            Ok(start) => watch.stream(start.backlog, start.receiver, start.revision, timeout).boxed(),
             // A version older than the history: 200 with an ERROR event.
             Err(error) => futures::stream::once(async move { line("ERROR", &error.to_status()) }).boxed(),
         };
@@ -325,7 +332,8 @@ fn wants_table(accept: &str) -> bool {
 }
 
 fn split_resource<'a>(group: &'a str, version: &'a str, rest: &[&'a str]) -> Result<ResourcePath<'a>, ApiError> {
-    let path = |namespace, plural, name, subresource| ResourcePath { group, version, namespace, plural, name, subresource };
+    let path =
+        |namespace, plural, name, subresource| ResourcePath { group, version, namespace, plural, name, subresource };
     Ok(match rest {
         // namespaces/{name}[/status|finalize] is the namespace object itself.
         ["namespaces", name] if group.is_empty() => path(None, "namespaces", Some(*name), None),
@@ -379,7 +387,13 @@ impl Watch {
         };
         let object = crate::store::present(&self.res, event.object.clone());
         let object = match self.table {
-            Some(include) => table(&self.res, &[object], json!({"resourceVersion": event.resource_version.to_string()}), self.server.store.now(), include),
+            Some(include) => table(
+                &self.res,
+                &[object],
+                json!({"resourceVersion": event.resource_version.to_string()}),
+                self.server.store.now(),
+                include,
+            ),
             None => object,
         };
         Some(line(event_type.as_str(), &object))
@@ -402,38 +416,41 @@ impl Watch {
         let initial: Vec<Bytes> = backlog.iter().filter_map(|event| self.render(event)).collect();
         let last = backlog.iter().map(|e| e.resource_version).max().unwrap_or(revision).max(revision);
         let state = (self, receiver, last, false);
-        futures::stream::iter(initial).chain(futures::stream::unfold(state, move |(watch, mut receiver, mut last, done)| async move {
-            if done {
-                return None;
-            }
-            loop {
-                let next_bookmark = tokio::time::sleep(BOOKMARK_INTERVAL);
-                tokio::select! {
-                    received = receiver.recv() => match received {
-                        Ok(event) => {
-                            if event.resource_version <= last {
-                                continue;
-                            }
-                            last = event.resource_version;
-                            if let Some(bytes) = watch.render(&event) {
-                                return Some((bytes, (watch, receiver, last, false)));
-                            }
-                        }
-                        Err(RecvError::Lagged(_)) => {
-                            // This watcher fell too far behind: like the real
-                            // server, end it with 410 so the client relists.
-                            let error = ApiError::expired("too old resource version: the watch fell behind");
-                            return Some((line("ERROR", &error.to_status()), (watch, receiver, last, true)));
-                        }
-                        Err(RecvError::Closed) => return None,
-                    },
-                    _ = next_bookmark, if watch.bookmarks => {
-                        let bookmark = watch.bookmark(last);
-                        return Some((bookmark, (watch, receiver, last, false)));
-                    }
-                    _ = tokio::time::sleep_until(deadline) => return None,
+        futures::stream::iter(initial).chain(futures::stream::unfold(
+            state,
+            move |(watch, mut receiver, mut last, done)| async move {
+                if done {
+                    return None;
                 }
-            }
-        }))
+                loop {
+                    let next_bookmark = tokio::time::sleep(BOOKMARK_INTERVAL);
+                    tokio::select! {
+                        received = receiver.recv() => match received {
+                            Ok(event) => {
+                                if event.resource_version <= last {
+                                    continue;
+                                }
+                                last = event.resource_version;
+                                if let Some(bytes) = watch.render(&event) {
+                                    return Some((bytes, (watch, receiver, last, false)));
+                                }
+                            }
+                            Err(RecvError::Lagged(_)) => {
+                                // This watcher fell too far behind: like the real
+                                // server, end it with 410 so the client relists.
+                                let error = ApiError::expired("too old resource version: the watch fell behind");
+                                return Some((line("ERROR", &error.to_status()), (watch, receiver, last, true)));
+                            }
+                            Err(RecvError::Closed) => return None,
+                        },
+                        _ = next_bookmark, if watch.bookmarks => {
+                            let bookmark = watch.bookmark(last);
+                            return Some((bookmark, (watch, receiver, last, false)));
+                        }
+                        _ = tokio::time::sleep_until(deadline) => return None,
+                    }
+                }
+            },
+        ))
     }
 }

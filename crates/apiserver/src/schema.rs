@@ -92,7 +92,13 @@ fn child_path(path: &str, key: &str) -> String {
 fn check(value: &Value, schema: &Value, path: &str, errors: &mut Vec<(String, String)>) {
     if value.is_null() {
         if schema["nullable"].as_bool() != Some(true) && schema.get("type").is_some() {
-            errors.push((path.into(), format!("Invalid value: \"null\": {path} in body must be of type {}", schema["type"].as_str().unwrap_or("object"))));
+            errors.push((
+                path.into(),
+                format!(
+                    "Invalid value: \"null\": {path} in body must be of type {}",
+                    schema["type"].as_str().unwrap_or("object")
+                ),
+            ));
         }
         return;
     }
@@ -116,7 +122,10 @@ fn check(value: &Value, schema: &Value, path: &str, errors: &mut Vec<(String, St
                 Value::Number(number) if number.is_f64() => "number",
                 _ => "integer",
             };
-            errors.push((path.into(), format!("Invalid value: \"{got}\": {path} in body must be of type {expected}: \"{got}\"")));
+            errors.push((
+                path.into(),
+                format!("Invalid value: \"{got}\": {path} in body must be of type {expected}: \"{got}\""),
+            ));
             return;
         }
     }
@@ -136,12 +145,18 @@ fn check(value: &Value, schema: &Value, path: &str, errors: &mut Vec<(String, St
         if let Some(minimum) = schema["minimum"].as_f64()
             && number < minimum
         {
-            errors.push((path.into(), format!("Invalid value: {number}: {path} in body should be greater than or equal to {minimum}")));
+            errors.push((
+                path.into(),
+                format!("Invalid value: {number}: {path} in body should be greater than or equal to {minimum}"),
+            ));
         }
         if let Some(maximum) = schema["maximum"].as_f64()
             && number > maximum
         {
-            errors.push((path.into(), format!("Invalid value: {number}: {path} in body should be less than or equal to {maximum}")));
+            errors.push((
+                path.into(),
+                format!("Invalid value: {number}: {path} in body should be less than or equal to {maximum}"),
+            ));
         }
     }
     match value {

@@ -44,7 +44,8 @@ fn set_values(text: &str) -> Option<Vec<String>> {
 
 impl LabelSelector {
     pub fn parse(text: &str) -> Result<Self, ApiError> {
-        let bad = |part: &str| ApiError::bad_request(format!("unable to parse requirement: invalid label selector: {part}"));
+        let bad =
+            |part: &str| ApiError::bad_request(format!("unable to parse requirement: invalid label selector: {part}"));
         let mut requirements = Vec::new();
         for part in split_top_level(text) {
             let requirement = if let Some(key) = part.strip_prefix('!') {

@@ -109,6 +109,14 @@ pub struct Store {
     clock: Arc<dyn Clock>,
 }
 
+/// Where a watch begins: what it replays, then what it follows.
+pub struct WatchStart {
+    pub backlog: Vec<Arc<Event>>,
+    pub receiver: broadcast::Receiver<Arc<Event>>,
+    /// The store's version when the watch began.
+    pub revision: u64,
+}
+
 /// Where a request points.
 pub struct Target<'a> {
     pub resource: &'a ResourceInfo,
@@ -252,7 +260,10 @@ impl Store {
             name = format!("{prefix}{}", inner.ids.suffix());
         }
         validate_name(res, &name)?;
-        if inner.objects.get(&res.storage).is_some_and(|objects| objects.contains_key(&(namespace.clone(), name.clone())))
+        if inner
+            .objects
+            .get(&res.storage)
+            .is_some_and(|objects| objects.contains_key(&(namespace.clone(), name.clone())))
         {
             return Err(ApiError::already_exists(&res.qualified(), &name));
         }
@@ -275,11 +286,13 @@ impl Store {
                 map.remove("generation");
             }
         }
-        if res.status && let Some(map) = object.as_object_mut() {
+        if res.status
+            && let Some(map) = object.as_object_mut()
+        {
             // The real server ignores status on create when it has a subresource.
             map.remove("status");
         }
-        inner.apply_defaults(res, &mut object, &namespace);
+        inner.apply_defaults(res, &mut object);
         validate_schema(res, &object)?;
         if dry_run {
             return Ok(present(res, object));
@@ -290,7 +303,14 @@ impl Store {
     }
 
     /// A PUT: replaces the object (or its status).
-    pub fn update(&self, target: &Target, name: &str, body: Value, part: Part, dry_run: bool) -> Result<Value, ApiError> {
+    pub fn update(
+        &self,
+        target: &Target,
+        name: &str,
+        body: Value,
+        part: Part,
+        dry_run: bool,
+    ) -> Result<Value, ApiError> {
         let res = target.resource;
         let body = restore(res, body);
         check_kind(res, &body)?;
@@ -382,7 +402,9 @@ impl Store {
                     name,
                     vec![(
                         "metadata.finalizers".into(),
-                        format!("Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers {added:?}"),
+                        format!(
+                            "Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers {added:?}"
+                        ),
                     )],
                 ));
             }
@@ -488,11 +510,7 @@ impl Store {
     /// Events a watch from `since` must replay, and a receiver for what
     /// follows, taken under one lock so that nothing falls between them.
     /// `since` of `None` replays the current objects as ADDED.
-    pub fn watch_from(
-        &self,
-        target: &Target,
-        since: Option<u64>,
-    ) -> Result<(Vec<Arc<Event>>, broadcast::Receiver<Arc<Event>>, u64), ApiError> {
+    pub fn watch_from(&self, target: &Target, since: Option<u64>) -> Result<WatchStart, ApiError> {
         let inner = self.lock();
         let receiver = self.events.subscribe();
         let storage = &target.resource.storage;
@@ -524,7 +542,7 @@ impl Store {
                 inner.history.iter().filter(|event| event.resource_version > since).cloned().collect()
             }
         };
-        Ok((backlog, receiver, inner.revision))
+        Ok(WatchStart { backlog, receiver, revision: inner.revision })
     }
 
     /// The scale subresource of a custom resource, as autoscaling/v1 Scale.
@@ -533,7 +551,13 @@ impl Store {
         scale_of(target.resource, &object)
     }
 
-    pub fn update_scale(&self, target: &Target, name: &str, replicas: i64, version: Option<String>) -> Result<Value, ApiError> {
+    pub fn update_scale(
+        &self,
+        target: &Target,
+        name: &str,
+        replicas: i64,
+        version: Option<String>,
+    ) -> Result<Value, ApiError> {
         let res = target.resource;
         let Some(paths) = &res.scale else {
             return Err(ApiError::path_not_found());
@@ -686,8 +710,15 @@ fn validate_schema(res: &ResourceInfo, object: &Value) -> Result<(), ApiError> {
 fn keep_immutable_metadata(object: &mut Value, current: &Value) {
     let old = meta::meta(current).clone();
     let map = meta_mut(object);
-    for key in ["uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "generation", "namespace", "name"]
-    {
+    for key in [
+        "uid",
+        "creationTimestamp",
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+        "generation",
+        "namespace",
+        "name",
+    ] {
         match old.get(key) {
             Some(value) => map.insert(key.into(), value.clone()),
             None => map.remove(key),
@@ -714,7 +745,10 @@ fn restore(res: &ResourceInfo, mut object: Value) -> Value {
         object = crate::events::events_v1_to_core(object);
     }
     if let Some(map) = object.as_object_mut() {
-        map.insert("apiVersion".into(), json!(if res.storage.group.is_empty() { "v1".to_string() } else { res.api_version() }));
+        map.insert(
+            "apiVersion".into(),
+            json!(if res.storage.group.is_empty() { "v1".to_string() } else { res.api_version() }),
+        );
         map.insert("kind".into(), json!(res.kind));
     }
     object
@@ -789,7 +823,7 @@ impl Inner {
     }
 
     /// What the real server's defaulting and admission add on create.
-    fn apply_defaults(&mut self, res: &ResourceInfo, object: &mut Value, namespace: &str) {
+    fn apply_defaults(&mut self, res: &ResourceInfo, object: &mut Value) {
         if res.custom {
             if let Some(schema) = &res.schema {
                 schema::default_and_prune(object, schema);
@@ -837,15 +871,9 @@ impl Inner {
                 spec["clusterIPs"] = json!([ip]);
                 object["status"] = json!({"loadBalancer": {}});
             }
-            ("", "serviceaccounts") | ("", "configmaps") | ("", "events") => {}
-            ("", "secrets") => {
-                if object.get("type").is_none() {
-                    object["type"] = json!("Opaque");
-                }
-            }
+            ("", "secrets") if object.get("type").is_none() => object["type"] = json!("Opaque"),
             _ => {}
         }
-        let _ = namespace;
     }
 
     /// Stores `object` under the next resourceVersion and tells watchers.
@@ -859,7 +887,8 @@ impl Inner {
     ) -> Value {
         self.revision += 1;
         meta_mut(&mut object).insert("resourceVersion".into(), json!(self.revision.to_string()));
-        let key = (meta::str_field(&object, "namespace").unwrap_or_default().to_string(), meta::name(&object).to_string());
+        let key =
+            (meta::str_field(&object, "namespace").unwrap_or_default().to_string(), meta::name(&object).to_string());
         let uid = meta::uid(&object).to_string();
         if let Some(old) = &old {
             for owner in meta::owner_uids(old) {
@@ -892,7 +921,8 @@ impl Inner {
             self.by_uid.insert(uid, place);
             self.objects.entry(storage.clone()).or_default().insert(key, object.clone());
         }
-        let event = Arc::new(Event { resource_version: self.revision, storage, event_type, old, object: object.clone() });
+        let event =
+            Arc::new(Event { resource_version: self.revision, storage, event_type, old, object: object.clone() });
         self.history.push_back(event.clone());
         while self.history.len() > self.history_limit {
             self.history.pop_front();
@@ -902,7 +932,13 @@ impl Inner {
         object
     }
 
-    fn remove(&mut self, events: &broadcast::Sender<Arc<Event>>, storage: &StorageKey, old: Option<Value>, object: Value) -> Value {
+    fn remove(
+        &mut self,
+        events: &broadcast::Sender<Arc<Event>>,
+        storage: &StorageKey,
+        old: Option<Value>,
+        object: Value,
+    ) -> Value {
         let removed = self.commit(events, storage.clone(), EventType::Deleted, old, object);
         self.after_remove(events, storage, &removed);
         removed
@@ -913,7 +949,8 @@ impl Inner {
             ("apiextensions.k8s.io", "customresourcedefinitions") => {
                 for info in resources::from_crd(object) {
                     self.served_since.insert(info.storage.clone(), self.revision);
-                    self.resources.insert((info.group.clone(), info.version.clone(), info.plural.clone()), Arc::new(info));
+                    self.resources
+                        .insert((info.group.clone(), info.version.clone(), info.plural.clone()), Arc::new(info));
                 }
                 // The real server's establishing controller reports the CRD
                 // as accepted and established right after its creation.
@@ -954,7 +991,8 @@ impl Inner {
             let plural = object["spec"]["names"]["plural"].as_str().unwrap_or_default().to_string();
             self.resources.retain(|(g, _, p), _| !(g == &group && p == &plural));
             let key = StorageKey { group, plural };
-            let instances: Vec<Value> = self.objects.remove(&key).map(|m| m.into_values().collect()).unwrap_or_default();
+            let instances: Vec<Value> =
+                self.objects.remove(&key).map(|m| m.into_values().collect()).unwrap_or_default();
             self.objects.insert(key.clone(), BTreeMap::new());
             for instance in instances {
                 self.commit(events, key.clone(), EventType::Deleted, Some(instance.clone()), instance);
@@ -987,7 +1025,10 @@ impl Inner {
         while let Some(place) = self.gc_candidates.pop_front() {
             let Some(object) = self.object_at(&place) else { continue };
             let owners = meta::owner_uids(object);
-            if !owners.is_empty() && !meta::is_deleting(object) && owners.iter().all(|uid| !self.by_uid.contains_key(uid)) {
+            if !owners.is_empty()
+                && !meta::is_deleting(object)
+                && owners.iter().all(|uid| !self.by_uid.contains_key(uid))
+            {
                 return Some(GcAction::Delete(place.0, place.1));
             }
         }
@@ -1003,8 +1044,9 @@ impl Inner {
                 });
             }
             if finalizers.iter().any(|f| f == FOREGROUND) {
-                let pending = dependents
-                    .and_then(|d| d.iter().find(|dependent| self.object_at(dependent).is_some_and(|o| !meta::is_deleting(o))));
+                let pending = dependents.and_then(|d| {
+                    d.iter().find(|dependent| self.object_at(dependent).is_some_and(|o| !meta::is_deleting(o)))
+                });
                 match (pending, dependents) {
                     (Some(dependent), _) => return Some(GcAction::Delete(dependent.0.clone(), dependent.1.clone())),
                     (None, None) => return Some(GcAction::DropFinalizer(storage.clone(), key.clone(), FOREGROUND)),
@@ -1070,7 +1112,10 @@ impl Inner {
                     // The namespace controller's finalizer lives in spec.
                     updated["spec"]["finalizers"] = json!([]);
                 } else {
-                    meta::set_finalizers(&mut updated, meta::finalizers(&object).into_iter().filter(|f| f != finalizer).collect());
+                    meta::set_finalizers(
+                        &mut updated,
+                        meta::finalizers(&object).into_iter().filter(|f| f != finalizer).collect(),
+                    );
                 }
                 if !has_finalizers(&updated) {
                     self.remove(events, &storage, Some(object), updated);

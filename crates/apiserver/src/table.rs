@@ -31,8 +31,9 @@ pub fn table(
     now: Timestamp,
     include: IncludeObject,
 ) -> Value {
-    let mut definitions =
-        vec![json!({"name": "Name", "type": "string", "format": "name", "description": "Name of the object", "priority": 0})];
+    let mut definitions = vec![
+        json!({"name": "Name", "type": "string", "format": "name", "description": "Name of the object", "priority": 0}),
+    ];
     definitions.extend(res.columns.iter().map(|column| {
         json!({"name": column.name, "type": column.type_, "format": "", "description": column.description, "priority": column.priority})
     }));
@@ -105,7 +106,8 @@ fn computed_cell(res: &ResourceInfo, name: &str, object: &Value) -> Value {
         ("pods", "Restarts") => json!(statuses.iter().filter_map(|s| s["restartCount"].as_i64()).sum::<i64>()),
         ("events", "Object") => {
             let involved = &object["involvedObject"];
-            let (kind, name) = (involved["kind"].as_str().unwrap_or_default(), involved["name"].as_str().unwrap_or_default());
+            let (kind, name) =
+                (involved["kind"].as_str().unwrap_or_default(), involved["name"].as_str().unwrap_or_default());
             json!(format!("{}/{name}", kind.to_lowercase()))
         }
         ("nodes", "Status") => {
@@ -135,9 +137,8 @@ pub fn json_path<'a>(object: &'a Value, path: &str) -> Vec<&'a Value> {
                 Step::Field(name) => next.extend(value.get(name)),
                 Step::Index(index) => next.extend(value.get(index)),
                 Step::All => next.extend(value.as_array().into_iter().flatten()),
-                Step::Filter(key, expected) => next.extend(
-                    value.as_array().into_iter().flatten().filter(|item| item[key].as_str() == Some(expected)),
-                ),
+                Step::Filter(key, expected) => next
+                    .extend(value.as_array().into_iter().flatten().filter(|item| item[key].as_str() == Some(expected))),
             }
         }
         current = next;
@@ -169,10 +170,10 @@ fn split_path(path: &str) -> Vec<Step<'_>> {
                 steps.push(Step::All);
             } else if let Ok(index) = inside.parse() {
                 steps.push(Step::Index(index));
-            } else if let Some(filter) = inside.strip_prefix("?(@.").and_then(|f| f.strip_suffix(')')) {
-                if let Some((key, value)) = filter.split_once("==") {
-                    steps.push(Step::Filter(key.trim(), value.trim().trim_matches(['"', '\''])));
-                }
+            } else if let Some((key, value)) =
+                inside.strip_prefix("?(@.").and_then(|f| f.strip_suffix(')')).and_then(|f| f.split_once("=="))
+            {
+                steps.push(Step::Filter(key.trim(), value.trim().trim_matches(['"', '\''])));
             }
             rest = after.get(end + 1..).unwrap_or_default();
         } else {
@@ -239,7 +240,17 @@ mod tests {
 
     #[test]
     fn ages_print_like_kubectl() {
-        let cases = [(5, "5s"), (119, "119s"), (192, "3m12s"), (300, "5m"), (1500, "25m"), (18_180, "5h3m"), (100_800, "28h"), (273_600, "3d4h"), (63_072_000 + 864_000, "2y10d")];
+        let cases = [
+            (5, "5s"),
+            (119, "119s"),
+            (192, "3m12s"),
+            (300, "5m"),
+            (1500, "25m"),
+            (18_180, "5h3m"),
+            (100_800, "28h"),
+            (273_600, "3d4h"),
+            (63_072_000 + 864_000, "2y10d"),
+        ];
         for (seconds, expected) in cases {
             assert_eq!(human_duration(seconds), expected, "{seconds}");
         }

@@ -107,7 +107,8 @@ impl Target {
 
     async fn send(&self, method: Method, path: &str, content_type: &str, body: Value) -> Result<Value, Failure> {
         let body = if body.is_null() { Vec::new() } else { serde_json::to_vec(&body).unwrap() };
-        let request = Request::builder().method(method).uri(path).header("content-type", content_type).body(body).unwrap();
+        let request =
+            Request::builder().method(method).uri(path).header("content-type", content_type).body(body).unwrap();
         match self.client.request::<Value>(request).await {
             Ok(value) => Ok(value),
             Err(kube::Error::Api(status)) => Err(Failure { code: status.code, reason: status.reason.clone() }),
@@ -120,7 +121,8 @@ impl Target {
     }
 
     async fn create_widget(&self, name: &str, spec: Value) -> Value {
-        let body = json!({"apiVersion": format!("{GROUP}/v1"), "kind": "Widget", "metadata": {"name": name}, "spec": spec});
+        let body =
+            json!({"apiVersion": format!("{GROUP}/v1"), "kind": "Widget", "metadata": {"name": name}, "spec": spec});
         self.call(Method::POST, &self.widgets(""), body).await.unwrap()
     }
 
@@ -141,11 +143,11 @@ impl Target {
         let events = stream
             .map(|event: Result<WatchEvent<Value>, kube::Error>| {
                 event.map(|event| match event {
-                WatchEvent::Added(o) => ("ADDED".to_string(), o),
-                WatchEvent::Modified(o) => ("MODIFIED".to_string(), o),
-                WatchEvent::Deleted(o) => ("DELETED".to_string(), o),
-                WatchEvent::Bookmark(b) => ("BOOKMARK".to_string(), json!({"rv": b.metadata.resource_version})),
-                WatchEvent::Error(e) => ("ERROR".to_string(), json!({"code": e.code, "reason": e.reason})),
+                    WatchEvent::Added(o) => ("ADDED".to_string(), o),
+                    WatchEvent::Modified(o) => ("MODIFIED".to_string(), o),
+                    WatchEvent::Deleted(o) => ("DELETED".to_string(), o),
+                    WatchEvent::Bookmark(b) => ("BOOKMARK".to_string(), json!({"rv": b.metadata.resource_version})),
+                    WatchEvent::Error(e) => ("ERROR".to_string(), json!({"code": e.code, "reason": e.reason})),
                 })
             })
             .take(count)
@@ -176,7 +178,8 @@ async fn create_sets_identity_and_duplicates_conflict() {
     let again = json!({"apiVersion": format!("{GROUP}/v1"), "kind": "Widget", "metadata": {"name": "a"}});
     assert_eq!(t.call(Method::POST, &t.widgets(""), again).await.unwrap_err(), failure(409, "AlreadyExists"));
 
-    let generated = json!({"apiVersion": format!("{GROUP}/v1"), "kind": "Widget", "metadata": {"generateName": "gen-"}});
+    let generated =
+        json!({"apiVersion": format!("{GROUP}/v1"), "kind": "Widget", "metadata": {"generateName": "gen-"}});
     let named = t.call(Method::POST, &t.widgets(""), generated).await.unwrap();
     let name = named["metadata"]["name"].as_str().unwrap();
     assert!(name.starts_with("gen-") && name.len() == "gen-".len() + 5, "{name}");
@@ -210,7 +213,8 @@ async fn stale_writes_conflict_and_custom_resources_need_a_version() {
     stale["spec"]["size"] = json!("c");
     assert_eq!(t.call(Method::PUT, &t.widgets("/a"), stale.clone()).await.unwrap_err(), failure(409, "Conflict"));
 
-    let stale_patch = json!({"metadata": {"resourceVersion": first["metadata"]["resourceVersion"]}, "spec": {"size": "d"}});
+    let stale_patch =
+        json!({"metadata": {"resourceVersion": first["metadata"]["resourceVersion"]}, "spec": {"size": "d"}});
     assert_eq!(t.merge(&t.widgets("/a"), stale_patch).await.unwrap_err(), failure(409, "Conflict"));
 
     stale["metadata"].as_object_mut().unwrap().remove("resourceVersion");
@@ -240,7 +244,8 @@ async fn the_status_subresource_splits_writes() {
     assert_eq!(main["spec"]["size"], "b");
     assert!(main.get("status").is_none() || main["status"]["phase"].is_null());
     // ...and spec written through /status is ignored.
-    let status = t.merge(&t.widgets("/a/status"), json!({"spec": {"size": "c"}, "status": {"phase": "Ready"}})).await.unwrap();
+    let status =
+        t.merge(&t.widgets("/a/status"), json!({"spec": {"size": "c"}, "status": {"phase": "Ready"}})).await.unwrap();
     assert_eq!((status["spec"]["size"].as_str(), status["status"]["phase"].as_str()), (Some("b"), Some("Ready")));
     t.cleanup().await;
 }
@@ -377,7 +382,9 @@ async fn lists_page_with_limit_and_continue() {
     loop {
         let page = t.call(Method::GET, &path, Value::Null).await.unwrap();
         pages += 1;
-        seen.extend(page["items"].as_array().unwrap().iter().map(|o| o["metadata"]["name"].as_str().unwrap().to_string()));
+        seen.extend(
+            page["items"].as_array().unwrap().iter().map(|o| o["metadata"]["name"].as_str().unwrap().to_string()),
+        );
         match page["metadata"]["continue"].as_str().filter(|c| !c.is_empty()) {
             Some(token) => {
                 if pages == 1 {
@@ -401,7 +408,8 @@ async fn watch_resumes_from_a_version_in_commit_order() {
     t.merge(&t.widgets("/a"), json!({"spec": {"size": "x"}})).await.unwrap();
     t.call(Method::DELETE, &t.widgets("/b"), Value::Null).await.unwrap();
     let events = watcher.await;
-    let seen: Vec<(&str, &str)> = events.iter().map(|(k, o)| (k.as_str(), o["metadata"]["name"].as_str().unwrap())).collect();
+    let seen: Vec<(&str, &str)> =
+        events.iter().map(|(k, o)| (k.as_str(), o["metadata"]["name"].as_str().unwrap())).collect();
     assert_eq!(seen, [("ADDED", "b"), ("MODIFIED", "a"), ("DELETED", "b")]);
 
     // Without a version, a watch starts with the current objects as ADDED.
@@ -495,8 +503,10 @@ async fn background_deletion_collects_dependents() {
 async fn foreground_deletion_removes_dependents_first() {
     let t = target("gcforeground").await;
     owner_and_dependent(&t).await;
-    let deleting =
-        t.call(Method::DELETE, &t.core("configmaps", "/owner"), json!({"propagationPolicy": "Foreground"})).await.unwrap();
+    let deleting = t
+        .call(Method::DELETE, &t.core("configmaps", "/owner"), json!({"propagationPolicy": "Foreground"}))
+        .await
+        .unwrap();
     let finalizers = deleting["metadata"]["finalizers"].as_array().cloned().unwrap_or_default();
     assert!(finalizers.contains(&json!("foregroundDeletion")), "{deleting}");
     assert!(gone_within(&t, &t.core("configmaps", "/dependent"), 30).await);

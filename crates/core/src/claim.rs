@@ -1,0 +1,446 @@
+//! A claim's next step (DESIGN §2, "Claim life": Bind, Sync, Finalize and
+//! the one-time legacy adoption).
+//!
+//! [`next_claim_step`] reads one claim, the pods that carry its UID, the pod
+//! it points at, its pod's CN store and the pool's candidates, and names
+//! the single thing to do next. The controller carries that step out as a
+//! guarded write and calls again with what it reads then; every step is
+//! idempotent, so a repeated call after a failed guard or a crash is safe.
+//!
+//! Terms: a pod is **ours** when its `claim-uid` label is the claim's UID.
+//! The claim **holds** the pods that are ours, except the pod it migrates
+//! away from (`spec.sourcePod`), which a claim never takes back. The claim's
+//! **record** is the pod whose UID `status.store.podUID` names; a claim the
+//! Go operator wrote (phase Bound or Outdated, `status.store.string` set, no
+//! UID) has recorded that pod by name. **Eligible** is defined in
+//! [`crate::candidates`].
+//!
+//! The first row that applies decides:
+//!
+//! | # | the claim … | step |
+//! |---|---|---|
+//! | 1 | is deleting and has no finalizer | `InSync`: nothing is left to do |
+//! | 2 | is deleting; input read from the cache | `ConfirmFinalize`: list its pods live, call again |
+//! | 3 | is deleting; input read live | `Finalize`: release every pod that is ours (the source too), then drop the finalizer |
+//! | 4 | has no finalizer | `AddFinalizer` (so before its first acquire) |
+//! | 5 | holds two pods or more | `Adopt`: keep the one `spec.podName` names, else the lowest name; release the rest |
+//! | 6 | holds none; the pod `spec.podName` names is Bound, `claimed-by` this claim, without `claim-uid`, and not of another UID than recorded | `AdoptLegacy` |
+//! | 7 | holds none; has a record (not the source); is not Lost; cache | `ConfirmLost(reason)` |
+//! | 8 | the same, read live | `MarkLost(reason)`, nothing to release |
+//! | 9 | holds none; is Lost; belongs to a claim set | `InSync`: the set replaces it |
+//! | 10 | holds none; is Lost; `spec.podName` set | `Rebind`: clear `spec.podName` |
+//! | 11 | holds none; `spec.podName` names an eligible pod | `AcquirePreBound` |
+//! | 12 | holds none; `spec.podName` names a pod that is missing or not eligible | `ReportUnavailable` (not a loss) |
+//! | 13 | holds none; `spec.podName` empty | `Acquire`: eligible pods, best first |
+//! | 14 | holds one pod, whose UID and name its status does not record, or `spec.podName` is empty | `Record` |
+//! | 15 | holds its recorded pod, which is deleting, failed, or whose store has been missing longer than the bound; cache | `ConfirmLost(reason)` |
+//! | 16 | the same, read live | `MarkLost(reason)`, releasing that pod (retiring it if failed) |
+//! | 17 | holds its recorded pod, which is not phase Bound or whose binding annotation or additional labels differ from the spec | `RewriteBinding` |
+//! | 18 | holds its recorded pod; its store is not observed Working with exactly the claim's CN labels (missing within the bound, or HAKeeper not asked) | `WaitForStore` |
+//! | 19 | holds its recorded pod, whose store serves; phase not Bound/Outdated | `MarkBound` |
+//! | 20 | holds its recorded pod, whose store serves; phase Bound or Outdated | `InSync` |
+//!
+//! Rows 7/8 say why the recorded pod is lost by looking it up by name: none
+//! → [`LossReason::PodDeleted`]; another UID → `PodReplaced`; for a claim the
+//! Go operator recorded, `claimed-by` naming another claim → `Misbound` (the
+//! legacy rule: when two claims point at one Go-bound pod, the claim its
+//! `claimed-by` names adopts it (row 6) and the other goes Lost); another
+//! claim's UID → `OwnedByOther`; no owner → `PodReleased`.
+//!
+//! How a standalone claim heals: once Lost it clears `spec.podName` (row 10)
+//! and so binds again from the pool (row 13) like a new claim, under the
+//! same name and UID; its `status` keeps the lost pod until the new one is
+//! recorded. A claim of a claim set stays Lost until the set replaces it.
+
+use std::time::Duration;
+
+use cnpool_api::{ClaimPhase, PodPhase};
+use cnpool_registry::WorkState;
+use jiff::Timestamp;
+
+use crate::binding::Binding;
+use crate::candidates::{Ineligible, eligibility, rank_candidates};
+use crate::model::{ClaimView, ObservedStore, PodView, PoolView, Read, RecordedPod, has_elapsed};
+
+/// Everything one claim decision reads.
+#[derive(Clone, Copy, Debug)]
+pub struct ClaimInput<'a> {
+    /// The claim decided on.
+    pub claim: &'a ClaimView,
+    /// The pods whose `claim-uid` is the claim's UID (from the index, or a
+    /// live list).
+    pub owned: &'a [PodView],
+    /// The pod named by [`ClaimView::pointed_pod`], if it exists.
+    pub pointed: Option<&'a PodView>,
+    /// Where `claim`, `owned` and `pointed` were read.
+    pub read: Read,
+    /// The CN store of the pod the claim holds.
+    pub store: ObservedStore<'a>,
+    /// Pool pods the claim might acquire (those it is not eligible for are
+    /// skipped).
+    pub candidates: &'a [PodView],
+    /// The pools, for their current revisions.
+    pub pools: &'a [PoolView],
+    /// The current time.
+    pub now: Timestamp,
+    /// How long a running pod's store may be missing from HAKeeper before
+    /// the claim counts the pod as lost.
+    pub store_missing_bound: Duration,
+}
+
+/// The one thing to do next for a claim.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ClaimStep<'a> {
+    /// Add the claim finalizer (guarded by the claim's resourceVersion).
+    AddFinalizer,
+    /// The claim is deleting and the input came from the cache: list the
+    /// pods carrying its UID live and call again.
+    ConfirmFinalize,
+    /// Release these pods, then drop the finalizer.
+    Finalize {
+        /// Every pod carrying the claim's UID, the migration source included.
+        release: Vec<Release<'a>>,
+    },
+    /// The claim holds several pods (a crash between acquire and record):
+    /// keep one, release the others.
+    Adopt {
+        /// The pod the claim goes on holding.
+        keep: &'a PodView,
+        /// The others.
+        release: Vec<Release<'a>>,
+    },
+    /// Write the claim's UID onto a pod the Go operator bound to it, guarded
+    /// by the pod having no `claim-uid`, `claimed-by` = the claim's name and
+    /// phase Bound. The write also records the claim's binding annotation.
+    AdoptLegacy(&'a PodView),
+    /// Acquire the pod a user named in `spec.podName` at creation (or the
+    /// migration target).
+    AcquirePreBound(&'a PodView),
+    /// The pod `spec.podName` asks for cannot be acquired now: say so in a
+    /// condition and requeue. This is a request, not a loss.
+    ReportUnavailable(Unavailable),
+    /// Acquire the first of these that succeeds, a few per reconcile; none
+    /// means the pool has nothing to offer yet (the claim counts as pending).
+    Acquire {
+        /// Eligible pods, best first.
+        candidates: Vec<&'a PodView>,
+    },
+    /// Record the held pod: `spec.podName` (only if empty), `nodeName`,
+    /// `poolName`, and in status its store, UID, name and bound time.
+    Record(&'a PodView),
+    /// Rewrite phase Bound, the binding annotation and the claim's
+    /// additional labels on a pod the claim owns (guarded by its UID).
+    RewriteBinding(&'a PodView),
+    /// The recorded pod looks lost in the cache: read the claim, its pods and
+    /// the pointed pod live and call again.
+    ConfirmLost(LossReason),
+    /// Confirmed on a live read: set phase Lost with a condition and an
+    /// Event saying why, then release these pods.
+    MarkLost {
+        /// Why, for the condition, the Event and metrics.
+        reason: LossReason,
+        /// The lost pod, if it still carries the claim's UID.
+        release: Vec<Release<'a>>,
+    },
+    /// Lost and standalone: clear `spec.podName` so that the claim binds again.
+    Rebind,
+    /// Bound and recorded, but the store does not serve with the claim's
+    /// labels yet: do not show Bound; requeue. A claim already shown Bound
+    /// keeps its phase (the CN-store controller rewrites a drift).
+    WaitForStore,
+    /// The store serves with the claim's labels: set phase Bound (and the
+    /// bound time if unset).
+    MarkBound,
+    /// Nothing to do.
+    InSync,
+}
+
+/// A pod to release, and where it goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Release<'a> {
+    /// The pod, as read: the release is guarded by its `claim-uid`.
+    pub pod: &'a PodView,
+    /// Where it goes.
+    pub then: AfterRelease,
+}
+
+/// Where a released pod goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AfterRelease {
+    /// Draining, and back to Idle once drained.
+    Drain,
+    /// The pod has failed: retire it (Terminating).
+    Retire,
+}
+
+impl<'a> Release<'a> {
+    fn of(pod: &'a PodView) -> Self {
+        let then = if pod.failed { AfterRelease::Retire } else { AfterRelease::Drain };
+        Self { pod, then }
+    }
+}
+
+/// Why a claim lost its recorded pod.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum LossReason {
+    /// The pod no longer exists.
+    PodDeleted,
+    /// A pod of the same name but another UID stands in its place.
+    PodReplaced,
+    /// Another claim's UID is on the pod.
+    OwnedByOther,
+    /// The pod carries no owner any more: something released it.
+    PodReleased,
+    /// The pod is being deleted.
+    PodDeleting,
+    /// The pod has failed.
+    PodFailed,
+    /// The pod runs but its CN store has been missing from HAKeeper longer
+    /// than the bound.
+    StoreMissing,
+    /// The Go operator bound two claims to one pod; the pod's `claimed-by`
+    /// names the other one.
+    Misbound,
+}
+
+impl LossReason {
+    /// A stable identifier for condition reasons and metric labels.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::PodDeleted => "PodDeleted",
+            Self::PodReplaced => "PodReplaced",
+            Self::OwnedByOther => "OwnedByOther",
+            Self::PodReleased => "PodReleased",
+            Self::PodDeleting => "PodDeleting",
+            Self::PodFailed => "PodFailed",
+            Self::StoreMissing => "StoreMissing",
+            Self::Misbound => "Misbound",
+        }
+    }
+
+    /// What a person reads in the condition and the Event.
+    pub fn message(self) -> &'static str {
+        match self {
+            Self::PodDeleted => "the pod this claim was bound to no longer exists",
+            Self::PodReplaced => "the pod this claim was bound to was replaced by a new pod of the same name",
+            Self::OwnedByOther => "the pod this claim was bound to now belongs to another claim",
+            Self::PodReleased => "the pod this claim was bound to was released",
+            Self::PodDeleting => "the pod this claim was bound to is being deleted",
+            Self::PodFailed => "the pod this claim was bound to has failed",
+            Self::StoreMissing => "the CN store of this claim's pod has been missing from HAKeeper for too long",
+            Self::Misbound => "the pod this claim points at was bound to another claim by the Go operator",
+        }
+    }
+}
+
+/// Why the pod `spec.podName` asks for cannot be acquired.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unavailable {
+    /// No such pod.
+    NotFound,
+    /// The pod exists but acquire's precondition does not hold.
+    Ineligible(Ineligible),
+}
+
+impl Unavailable {
+    /// A stable identifier for condition reasons and metric labels.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::NotFound => "NotFound",
+            Self::Ineligible(why) => why.as_str(),
+        }
+    }
+
+    /// What a person reads in the condition.
+    pub fn message(self) -> &'static str {
+        match self {
+            Self::NotFound => "the requested pod does not exist",
+            Self::Ineligible(why) => why.message(),
+        }
+    }
+}
+
+/// The claim's next step; see the module documentation for the table.
+pub fn next_claim_step<'a>(input: &ClaimInput<'a>) -> ClaimStep<'a> {
+    let claim = input.claim;
+    if claim.deleting {
+        return finalize(input);
+    }
+    if !claim.has_finalizer {
+        return ClaimStep::AddFinalizer;
+    }
+    let held: Vec<&PodView> = ours(input).into_iter().filter(|pod| !claim.is_source(&pod.name)).collect();
+    match held.as_slice() {
+        [] => bind(input),
+        [pod] => sync(input, pod),
+        _ => adopt(claim, &held),
+    }
+}
+
+/// Every pod carrying the claim's UID, by name, each once.
+fn ours<'a>(input: &ClaimInput<'a>) -> Vec<&'a PodView> {
+    let uid = input.claim.uid.as_str();
+    let mut pods: Vec<&PodView> = input.owned.iter().chain(input.pointed).filter(|pod| pod.is_owned_by(uid)).collect();
+    pods.sort_by_key(|pod| (pod.name.as_str(), pod.uid.as_str()));
+    // The pointed pod is usually also in `owned`.
+    pods.dedup_by(|a, b| a.name == b.name && a.uid == b.uid);
+    pods
+}
+
+fn finalize<'a>(input: &ClaimInput<'a>) -> ClaimStep<'a> {
+    match (input.claim.has_finalizer, input.read) {
+        (false, _) => ClaimStep::InSync,
+        (true, Read::Cached) => ClaimStep::ConfirmFinalize,
+        (true, Read::Live) => ClaimStep::Finalize { release: ours(input).into_iter().map(Release::of).collect() },
+    }
+}
+
+fn adopt<'a>(claim: &ClaimView, held: &[&'a PodView]) -> ClaimStep<'a> {
+    let named = held.iter().copied().find(|pod| claim.pod_name.as_deref() == Some(pod.name.as_str()));
+    // `held` is sorted by name, so its first pod has the lowest name.
+    let keep = named.unwrap_or(held[0]);
+    let release = held.iter().copied().filter(|pod| !std::ptr::eq(*pod, keep)).map(Release::of).collect();
+    ClaimStep::Adopt { keep, release }
+}
+
+/// Rows 6–13: the claim holds no pod.
+fn bind<'a>(input: &ClaimInput<'a>) -> ClaimStep<'a> {
+    let claim = input.claim;
+    if let Some(pod) = legacy_adoptable(input) {
+        return ClaimStep::AdoptLegacy(pod);
+    }
+    if let Some(reason) = why_recorded_pod_is_gone(input) {
+        return lose(input, reason, Vec::new());
+    }
+    if claim.phase == Some(ClaimPhase::Lost) {
+        if claim.claim_set.is_some() {
+            return ClaimStep::InSync;
+        }
+        if claim.pod_name.is_some() {
+            return ClaimStep::Rebind;
+        }
+    }
+    match claim.pod_name.as_deref() {
+        Some(requested) => acquire_pre_bound(input, requested),
+        None => ClaimStep::Acquire { candidates: rank_candidates(claim, input.candidates, input.pools) },
+    }
+}
+
+/// The pointed pod, when adopt-legacy's precondition holds on it exactly
+/// and the claim has not recorded another pod's UID under that name (a pod
+/// replaced since is not the one the claim was bound to).
+fn legacy_adoptable<'a>(input: &ClaimInput<'a>) -> Option<&'a PodView> {
+    let claim = input.claim;
+    input.pointed.filter(|pod| {
+        claim.pod_name.as_deref() == Some(pod.name.as_str())
+            && claim.recorded_pod_uid.as_ref().is_none_or(|uid| *uid == pod.uid)
+            && !claim.is_source(&pod.name)
+            && pod.phase == Some(PodPhase::Bound)
+            && pod.claimed_by.as_deref() == Some(claim.name.as_str())
+            && pod.claim_uid.is_none()
+    })
+}
+
+/// Why the recorded pod no longer belongs to the claim, given that the claim
+/// holds no pod; `None` when there is no record to lose.
+fn why_recorded_pod_is_gone(input: &ClaimInput<'_>) -> Option<LossReason> {
+    let claim = input.claim;
+    if claim.phase == Some(ClaimPhase::Lost) {
+        return None;
+    }
+    let recorded = claim.recorded_pod()?;
+    if recorded.name().is_some_and(|name| claim.is_source(name)) {
+        return None;
+    }
+    let found = input.pointed.filter(|pod| Some(pod.name.as_str()) == recorded.name());
+    let Some(pod) = found else {
+        return Some(LossReason::PodDeleted);
+    };
+    Some(match recorded {
+        RecordedPod::ByUid { uid, .. } if pod.uid != uid => LossReason::PodReplaced,
+        RecordedPod::ByName { .. } if pod.claimed_by.as_ref().is_some_and(|name| *name != claim.name) => {
+            LossReason::Misbound
+        }
+        _ if pod.claim_uid.is_some() => LossReason::OwnedByOther,
+        _ => LossReason::PodReleased,
+    })
+}
+
+fn acquire_pre_bound<'a>(input: &ClaimInput<'a>, requested: &str) -> ClaimStep<'a> {
+    let Some(pod) = input.pointed.filter(|pod| pod.name == requested) else {
+        return ClaimStep::ReportUnavailable(Unavailable::NotFound);
+    };
+    match eligibility(input.claim, pod, input.pools) {
+        Ok(()) => ClaimStep::AcquirePreBound(pod),
+        Err(why) => ClaimStep::ReportUnavailable(Unavailable::Ineligible(why)),
+    }
+}
+
+/// Rows 14–20: the claim holds exactly `pod`.
+fn sync<'a>(input: &ClaimInput<'a>, pod: &'a PodView) -> ClaimStep<'a> {
+    let claim = input.claim;
+    if !is_recorded(claim, pod) {
+        return ClaimStep::Record(pod);
+    }
+    if let Some(reason) = trouble(input, pod) {
+        return lose(input, reason, vec![Release::of(pod)]);
+    }
+    if !binding_agrees(claim, pod) {
+        return ClaimStep::RewriteBinding(pod);
+    }
+    if !store_serves(claim, input.store) {
+        return ClaimStep::WaitForStore;
+    }
+    match claim.phase {
+        Some(ClaimPhase::Bound | ClaimPhase::Outdated) => ClaimStep::InSync,
+        _ => ClaimStep::MarkBound,
+    }
+}
+
+fn is_recorded(claim: &ClaimView, pod: &PodView) -> bool {
+    claim.pod_name.is_some()
+        && claim.recorded_pod_uid.as_deref() == Some(pod.uid.as_str())
+        && claim.recorded_pod_name.as_deref() == Some(pod.name.as_str())
+}
+
+/// Why the held, recorded pod can no longer serve the claim.
+fn trouble(input: &ClaimInput<'_>, pod: &PodView) -> Option<LossReason> {
+    if pod.deleting {
+        return Some(LossReason::PodDeleting);
+    }
+    if pod.failed {
+        return Some(LossReason::PodFailed);
+    }
+    match input.store {
+        // A store cannot have been missing for longer than its pod existed.
+        ObservedStore::Missing { since }
+            if has_elapsed(since.max(pod.created), input.now, input.store_missing_bound) =>
+        {
+            Some(LossReason::StoreMissing)
+        }
+        _ => None,
+    }
+}
+
+fn lose<'a>(input: &ClaimInput<'a>, reason: LossReason, release: Vec<Release<'a>>) -> ClaimStep<'a> {
+    match input.read {
+        Read::Cached => ClaimStep::ConfirmLost(reason),
+        Read::Live => ClaimStep::MarkLost { reason, release },
+    }
+}
+
+/// Whether the pod shows phase Bound and records what the claim's spec asks.
+fn binding_agrees(claim: &ClaimView, pod: &PodView) -> bool {
+    let recorded = pod.binding.as_deref().map(Binding::parse);
+    pod.phase == Some(PodPhase::Bound)
+        && recorded == Some(Ok(Binding::of_claim(claim)))
+        && claim.additional_pod_labels.iter().all(|(key, value)| pod.labels.get(key) == Some(value))
+}
+
+fn store_serves(claim: &ClaimView, store: ObservedStore<'_>) -> bool {
+    matches!(store, ObservedStore::Registered(store)
+        if store.work_state == WorkState::Working && store.labels == claim.cn_labels)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,599 @@
+use cnpool_api::{ClaimPhase, PodPhase};
+use cnpool_registry::WorkState;
+use proptest::prelude::*;
+
+use super::*;
+use crate::model::StoreView;
+use crate::testing::*;
+
+const NOW: i64 = 10_000;
+const STORE_MISSING_BOUND: Duration = Duration::from_secs(60);
+
+/// What the store controller last saw, owned so that a test can build it.
+#[derive(Clone, Debug)]
+enum Seen {
+    Registered(StoreView),
+    Missing(Timestamp),
+    Unobserved,
+}
+
+/// One claim decision's inputs, owned.
+#[derive(Clone, Debug)]
+struct World {
+    claim: ClaimView,
+    owned: Vec<PodView>,
+    /// All pods the claim could point at; `pointed` is looked up here.
+    pods: Vec<PodView>,
+    read: Read,
+    store: Seen,
+    pools: Vec<PoolView>,
+}
+
+impl World {
+    fn new(claim: ClaimView) -> Self {
+        Self {
+            claim,
+            owned: Vec::new(),
+            pods: Vec::new(),
+            read: Read::Cached,
+            store: Seen::Unobserved,
+            pools: vec![pool()],
+        }
+    }
+
+    /// The claim holds `pod`, which is also in the pool's pods.
+    fn holding(mut self, pod: PodView) -> Self {
+        self.owned.push(pod.clone());
+        self.pods.push(pod);
+        self
+    }
+
+    fn with_pod(mut self, pod: PodView) -> Self {
+        self.pods.push(pod);
+        self
+    }
+
+    fn live(self) -> Self {
+        Self { read: Read::Live, ..self }
+    }
+
+    fn store(self, store: Seen) -> Self {
+        Self { store, ..self }
+    }
+
+    fn step(&self) -> ClaimStep<'_> {
+        let store = match &self.store {
+            Seen::Registered(store) => ObservedStore::Registered(store),
+            Seen::Missing(since) => ObservedStore::Missing { since: *since },
+            Seen::Unobserved => ObservedStore::Unobserved,
+        };
+        let pointed = self.claim.pointed_pod().and_then(|name| self.pods.iter().find(|pod| pod.name == name));
+        next_claim_step(&ClaimInput {
+            claim: &self.claim,
+            owned: &self.owned,
+            pointed,
+            read: self.read,
+            store,
+            candidates: &self.pods,
+            pools: &self.pools,
+            now: at(NOW),
+            store_missing_bound: STORE_MISSING_BOUND,
+        })
+    }
+
+    fn pod(&self, name: &str) -> &PodView {
+        self.pods.iter().find(|pod| pod.name == name).unwrap()
+    }
+}
+
+fn drain(pod: &PodView) -> Release<'_> {
+    Release { pod, then: AfterRelease::Drain }
+}
+
+/// A claim bound to pod `p` with everything recorded, in `phase`.
+fn settled(phase: ClaimPhase) -> World {
+    let pod = bound_to(&claim(), idle_pod("p", 1));
+    World::new(recording(claim(), &pod, phase)).holding(pod)
+}
+
+/// A claim the Go operator bound to `pod-x`: spec and `status.store.string`
+/// name it, no UID anywhere.
+fn go_claim(name: &str, uid: &str) -> ClaimView {
+    ClaimView {
+        name: name.into(),
+        uid: uid.into(),
+        pod_name: Some("pod-x".into()),
+        recorded_pod_name: Some("pod-x".into()),
+        phase: Some(ClaimPhase::Bound),
+        ..claim()
+    }
+}
+
+fn go_bound(claimed_by: &str) -> PodView {
+    PodView { phase: Some(PodPhase::Bound), claimed_by: Some(claimed_by.into()), ..idle_pod("pod-x", 1) }
+}
+
+// Row 1.
+#[test]
+fn a_deleting_claim_without_finalizer_needs_nothing() {
+    let world = World::new(ClaimView { deleting: true, has_finalizer: false, ..claim() });
+    assert_eq!(world.step(), ClaimStep::InSync);
+}
+
+// Row 2.
+#[test]
+fn a_deleting_claim_read_from_the_cache_lists_its_pods_live_first() {
+    let world = settled(ClaimPhase::Bound);
+    let world = World { claim: ClaimView { deleting: true, ..world.claim.clone() }, ..world };
+    assert_eq!(world.step(), ClaimStep::ConfirmFinalize);
+}
+
+// Row 3.
+#[test]
+fn finalize_releases_every_pod_carrying_the_uid_and_nothing_else() {
+    let claim = ClaimView { deleting: true, source_pod: Some("source".into()), ..claim() };
+    let world = World::new(claim.clone())
+        .holding(bound_to(&claim, idle_pod("target", 1)))
+        .holding(bound_to(&claim, idle_pod("source", 1)))
+        .holding(PodView { failed: true, ..bound_to(&claim, idle_pod("crashed", 1)) })
+        // A stale index entry: the pod now belongs to someone else.
+        .holding(PodView { claim_uid: Some("uid-claim-b".into()), ..idle_pod("stolen", 1) })
+        .live();
+    let release = vec![
+        Release { pod: world.pod("crashed"), then: AfterRelease::Retire },
+        drain(world.pod("source")),
+        drain(world.pod("target")),
+    ];
+    assert_eq!(world.step(), ClaimStep::Finalize { release });
+}
+
+// Row 4.
+#[test]
+fn the_finalizer_comes_first() {
+    let world = settled(ClaimPhase::Bound);
+    let world = World { claim: ClaimView { has_finalizer: false, ..world.claim.clone() }, ..world };
+    assert_eq!(world.step(), ClaimStep::AddFinalizer);
+}
+
+// Row 5.
+#[test]
+fn adopt_keeps_the_named_pod_and_releases_the_others() {
+    let claim = ClaimView { pod_name: Some("p-c".into()), ..claim() };
+    let world = World::new(claim.clone())
+        .holding(bound_to(&claim, idle_pod("p-b", 1)))
+        .holding(bound_to(&claim, idle_pod("p-c", 1)))
+        .holding(bound_to(&claim, idle_pod("p-a", 1)));
+    let expected =
+        ClaimStep::Adopt { keep: world.pod("p-c"), release: vec![drain(world.pod("p-a")), drain(world.pod("p-b"))] };
+    assert_eq!(world.step(), expected);
+}
+
+#[test]
+fn adopt_keeps_the_lowest_name_when_spec_names_none_of_them() {
+    let world = World::new(claim())
+        .holding(bound_to(&claim(), idle_pod("p-b", 1)))
+        .holding(bound_to(&claim(), idle_pod("p-a", 1)));
+    assert_eq!(world.step(), ClaimStep::Adopt { keep: world.pod("p-a"), release: vec![drain(world.pod("p-b"))] });
+}
+
+#[test]
+fn the_migration_source_is_not_held_so_never_adopted_back() {
+    let source = bound_to(&claim(), idle_pod("source", 1));
+    let target = bound_to(&claim(), idle_pod("target", 1));
+    let migrating = ClaimView {
+        pod_name: Some("target".into()),
+        source_pod: Some("source".into()),
+        ..recording(claim(), &source, ClaimPhase::Bound)
+    };
+    let world = World::new(migrating).holding(source).holding(target);
+    assert_eq!(world.step(), ClaimStep::Record(world.pod("target")));
+}
+
+// Row 6.
+#[test]
+fn a_pod_the_go_operator_bound_to_this_claim_is_adopted_once() {
+    let world = World::new(go_claim("a", CLAIM_UID)).with_pod(go_bound("a"));
+    assert_eq!(world.step(), ClaimStep::AdoptLegacy(world.pod("pod-x")));
+}
+
+#[test]
+fn of_two_claims_on_one_go_bound_pod_the_one_claimed_by_names_keeps_it() {
+    let pod = go_bound("a");
+    let keeper = World::new(go_claim("a", CLAIM_UID)).with_pod(pod.clone());
+    assert_eq!(keeper.step(), ClaimStep::AdoptLegacy(keeper.pod("pod-x")));
+    let loser = World::new(go_claim("b", "uid-claim-b")).with_pod(pod.clone());
+    assert_eq!(loser.step(), ClaimStep::ConfirmLost(LossReason::Misbound));
+    assert_eq!(loser.live().step(), ClaimStep::MarkLost { reason: LossReason::Misbound, release: vec![] });
+    // Still Misbound once the keeper has adopted it.
+    let adopted = PodView { claim_uid: Some(CLAIM_UID.into()), ..pod };
+    let loser = World::new(go_claim("b", "uid-claim-b")).with_pod(adopted).live();
+    assert_eq!(loser.step(), ClaimStep::MarkLost { reason: LossReason::Misbound, release: vec![] });
+}
+
+#[test]
+fn the_migration_source_is_never_adopted_even_as_legacy() {
+    let claim = ClaimView { source_pod: Some("pod-x".into()), ..go_claim("a", CLAIM_UID) };
+    let world = World::new(claim).with_pod(go_bound("a"));
+    assert!(!matches!(world.step(), ClaimStep::AdoptLegacy(_)), "{:?}", world.step());
+}
+
+// Rows 7 and 8.
+#[test]
+fn a_recorded_pod_gone_from_the_cache_is_confirmed_live_before_lost() {
+    let world = settled(ClaimPhase::Bound);
+    let world = World { owned: vec![], pods: vec![], ..world };
+    assert_eq!(world.step(), ClaimStep::ConfirmLost(LossReason::PodDeleted));
+    assert_eq!(world.live().step(), ClaimStep::MarkLost { reason: LossReason::PodDeleted, release: vec![] });
+}
+
+#[test]
+fn a_go_claim_pointing_at_a_deleted_pod_goes_lost() {
+    let world = World::new(go_claim("a", CLAIM_UID)).live();
+    assert_eq!(world.step(), ClaimStep::MarkLost { reason: LossReason::PodDeleted, release: vec![] });
+}
+
+#[test]
+fn each_way_of_losing_an_unheld_pod_has_its_reason() {
+    let recorded = bound_to(&claim(), idle_pod("p", 1));
+    let cases = [
+        // Even Bound and claimed-by this claim, as the Go operator would
+        // stamp it: another pod than the one recorded is not adopted.
+        (PodView { uid: "uid-p-new".into(), claim_uid: None, ..recorded.clone() }, LossReason::PodReplaced),
+        (PodView { claim_uid: Some("uid-claim-b".into()), ..recorded.clone() }, LossReason::OwnedByOther),
+        (PodView { claim_uid: None, claimed_by: None, ..recorded.clone() }, LossReason::PodReleased),
+    ];
+    for (pod, reason) in cases {
+        let world = World::new(recording(claim(), &recorded, ClaimPhase::Bound)).with_pod(pod).live();
+        assert_eq!(world.step(), ClaimStep::MarkLost { reason, release: vec![] }, "{reason:?}");
+    }
+}
+
+#[test]
+fn a_claim_that_records_nothing_loses_nothing() {
+    // Lost applies only to a pod whose UID the claim recorded: a Pending
+    // claim pointing at a missing pod has made a request, not lost a pod.
+    let world = World::new(ClaimView { pod_name: Some("gone".into()), ..claim() }).live();
+    assert_eq!(world.step(), ClaimStep::ReportUnavailable(Unavailable::NotFound));
+}
+
+// Row 9.
+#[test]
+fn a_lost_claim_of_a_set_waits_to_be_replaced() {
+    let world = World::new(ClaimView { claim_set: Some("set".into()), ..settled(ClaimPhase::Lost).claim });
+    assert_eq!(world.step(), ClaimStep::InSync);
+}
+
+// Row 10.
+#[test]
+fn a_lost_standalone_claim_clears_its_pointer_then_binds_again() {
+    let lost = settled(ClaimPhase::Lost).claim;
+    assert_eq!(World::new(lost.clone()).step(), ClaimStep::Rebind);
+    let cleared = ClaimView { pod_name: None, ..lost };
+    let world = World::new(cleared).with_pod(idle_pod("fresh", 1));
+    assert_eq!(world.step(), ClaimStep::Acquire { candidates: vec![world.pod("fresh")] });
+}
+
+// Row 11.
+#[test]
+fn a_pre_bound_claim_acquires_exactly_its_pod() {
+    let claim = ClaimView { pod_name: Some("wanted".into()), ..claim() };
+    let world = World::new(claim).with_pod(idle_pod("older", 0)).with_pod(idle_pod("wanted", 5));
+    assert_eq!(world.step(), ClaimStep::AcquirePreBound(world.pod("wanted")));
+}
+
+#[test]
+fn a_migration_target_is_taken_by_acquire() {
+    let source = bound_to(&claim(), idle_pod("source", 1));
+    let migrating = ClaimView {
+        pod_name: Some("target".into()),
+        source_pod: Some("source".into()),
+        ..recording(claim(), &source, ClaimPhase::Bound)
+    };
+    let world = World::new(migrating).holding(source).with_pod(idle_pod("target", 1));
+    assert_eq!(world.step(), ClaimStep::AcquirePreBound(world.pod("target")));
+}
+
+// Row 12.
+#[test]
+fn a_pre_bound_pod_held_by_another_claim_is_reported_not_taken() {
+    let claim = ClaimView { pod_name: Some("wanted".into()), ..claim() };
+    let taken =
+        PodView { phase: Some(PodPhase::Bound), claim_uid: Some("uid-claim-b".into()), ..idle_pod("wanted", 1) };
+    let world = World::new(claim).with_pod(taken).live();
+    assert_eq!(world.step(), ClaimStep::ReportUnavailable(Unavailable::Ineligible(Ineligible::NotIdle)));
+}
+
+#[test]
+fn a_migration_target_in_the_wrong_pool_is_refused() {
+    let source = bound_to(&claim(), idle_pod("source", 1));
+    let migrating = ClaimView {
+        pod_name: Some("target".into()),
+        source_pod: Some("source".into()),
+        pool_name: Some(POOL.into()),
+        ..recording(claim(), &source, ClaimPhase::Bound)
+    };
+    let elsewhere = PodView { pool: Some("other".into()), ..idle_pod("target", 1) };
+    let world = World::new(migrating).holding(source).with_pod(elsewhere);
+    assert_eq!(world.step(), ClaimStep::ReportUnavailable(Unavailable::Ineligible(Ineligible::OtherPool)));
+}
+
+// Row 13.
+#[test]
+fn an_unbound_claim_gets_the_eligible_pods_best_first() {
+    let world = World::new(claim())
+        .with_pod(idle_pod("young", 9))
+        .with_pod(PodView { deleting: true, ..idle_pod("leaving", 0) })
+        .with_pod(idle_pod("old", 1));
+    assert_eq!(world.step(), ClaimStep::Acquire { candidates: vec![world.pod("old"), world.pod("young")] });
+}
+
+#[test]
+fn an_empty_pool_offers_no_candidates() {
+    assert_eq!(World::new(claim()).step(), ClaimStep::Acquire { candidates: vec![] });
+}
+
+// Row 14.
+#[test]
+fn a_pod_acquired_but_not_recorded_is_recorded() {
+    let world = World::new(claim()).holding(bound_to(&claim(), idle_pod("p", 1)));
+    assert_eq!(world.step(), ClaimStep::Record(world.pod("p")));
+}
+
+#[test]
+fn a_status_record_without_the_spec_pointer_is_completed() {
+    let world = settled(ClaimPhase::Pending);
+    let world = World { claim: ClaimView { pod_name: None, ..world.claim.clone() }, ..world };
+    assert_eq!(world.step(), ClaimStep::Record(world.pod("p")));
+}
+
+// Rows 15 and 16.
+#[test]
+fn a_held_pod_that_is_deleting_or_failed_is_lost_and_released() {
+    let base = settled(ClaimPhase::Bound);
+    let deleting = World { owned: vec![PodView { deleting: true, ..base.owned[0].clone() }], ..base.clone() };
+    assert_eq!(deleting.step(), ClaimStep::ConfirmLost(LossReason::PodDeleting));
+    let deleting = deleting.live();
+    let expected = ClaimStep::MarkLost { reason: LossReason::PodDeleting, release: vec![drain(&deleting.owned[0])] };
+    assert_eq!(deleting.step(), expected);
+
+    let failed = World { owned: vec![PodView { failed: true, ..base.owned[0].clone() }], ..base }.live();
+    let retire = Release { pod: &failed.owned[0], then: AfterRelease::Retire };
+    assert_eq!(failed.step(), ClaimStep::MarkLost { reason: LossReason::PodFailed, release: vec![retire] });
+}
+
+#[test]
+fn a_store_missing_longer_than_the_bound_loses_the_pod() {
+    let world = settled(ClaimPhase::Bound).store(Seen::Missing(at(NOW - 60)));
+    assert_eq!(world.step(), ClaimStep::ConfirmLost(LossReason::StoreMissing));
+    let world = world.live();
+    let expected = ClaimStep::MarkLost { reason: LossReason::StoreMissing, release: vec![drain(&world.owned[0])] };
+    assert_eq!(world.step(), expected);
+}
+
+#[test]
+fn a_store_missing_within_the_bound_is_waited_for() {
+    let world = settled(ClaimPhase::Bound).store(Seen::Missing(at(NOW - 59)));
+    assert_eq!(world.step(), ClaimStep::WaitForStore);
+}
+
+#[test]
+fn a_store_missing_since_before_its_pod_existed_counts_from_the_pod() {
+    let mut world = settled(ClaimPhase::Bound).store(Seen::Missing(at(0)));
+    world.owned[0].created = at(NOW - 30);
+    assert_eq!(world.step(), ClaimStep::WaitForStore);
+}
+
+// Row 17.
+#[test]
+fn a_held_pod_whose_binding_differs_from_the_spec_is_rewritten() {
+    let base = settled(ClaimPhase::Bound).store(Seen::Registered(serving_store(&claim())));
+    let mut old_labels = base.owned[0].clone();
+    old_labels.binding = Some(r#"{"cnLabels":{"account":["old"]}}"#.into());
+    let mut no_binding = base.owned[0].clone();
+    no_binding.binding = None;
+    let mut missing_label = base.owned[0].clone();
+    missing_label.labels.remove("team");
+    let mut not_bound = base.owned[0].clone();
+    not_bound.phase = Some(PodPhase::Draining);
+    for pod in [old_labels, no_binding, missing_label, not_bound] {
+        let world = World { owned: vec![pod], ..base.clone() };
+        assert_eq!(world.step(), ClaimStep::RewriteBinding(&world.owned[0]));
+    }
+}
+
+// Row 18.
+#[test]
+fn bound_is_shown_only_once_the_store_serves_with_the_claims_labels() {
+    let wrong_labels = StoreView { labels: store_labels(&[("account", &["other"])]), ..serving_store(&claim()) };
+    let draining = StoreView { work_state: WorkState::Draining, ..serving_store(&claim()) };
+    for store in [Seen::Registered(wrong_labels), Seen::Registered(draining), Seen::Unobserved] {
+        assert_eq!(settled(ClaimPhase::Pending).store(store).step(), ClaimStep::WaitForStore);
+    }
+}
+
+// Row 19.
+#[test]
+fn a_serving_store_makes_the_claim_bound() {
+    let serving = Seen::Registered(serving_store(&claim()));
+    assert_eq!(settled(ClaimPhase::Pending).store(serving.clone()).step(), ClaimStep::MarkBound);
+    assert_eq!(settled(ClaimPhase::Lost).store(serving).step(), ClaimStep::MarkBound, "still ours and healthy");
+}
+
+// Row 20.
+#[test]
+fn a_bound_claim_whose_store_serves_costs_nothing() {
+    for phase in [ClaimPhase::Bound, ClaimPhase::Outdated] {
+        let world = settled(phase).store(Seen::Registered(serving_store(&claim())));
+        assert_eq!(world.step(), ClaimStep::InSync, "{phase:?}");
+    }
+}
+
+#[test]
+fn reasons_have_stable_names_and_messages() {
+    let reasons = [
+        LossReason::PodDeleted,
+        LossReason::PodReplaced,
+        LossReason::OwnedByOther,
+        LossReason::PodReleased,
+        LossReason::PodDeleting,
+        LossReason::PodFailed,
+        LossReason::StoreMissing,
+        LossReason::Misbound,
+    ];
+    let names: Vec<&str> = reasons.iter().map(|reason| reason.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "PodDeleted",
+            "PodReplaced",
+            "OwnedByOther",
+            "PodReleased",
+            "PodDeleting",
+            "PodFailed",
+            "StoreMissing",
+            "Misbound"
+        ]
+    );
+    let messages: std::collections::BTreeSet<&str> = reasons.iter().map(|reason| reason.message()).collect();
+    assert_eq!(messages.len(), reasons.len(), "each reason reads differently");
+}
+
+fn any_seen(claim: &ClaimView) -> impl Strategy<Value = Seen> + use<> {
+    let serving = serving_store(claim);
+    prop_oneof![
+        3 => Just(Seen::Registered(serving.clone())),
+        1 => Just(Seen::Registered(StoreView { work_state: WorkState::Draining, ..serving })),
+        1 => (NOW - 120..NOW).prop_map(|since| Seen::Missing(at(since))),
+        1 => Just(Seen::Unobserved),
+    ]
+}
+
+fn any_world() -> impl Strategy<Value = World> {
+    (any_claim(), any_pods(), any_pools()).prop_flat_map(|(claim, pods, pools)| {
+        let mask = proptest::collection::vec(proptest::bool::weighted(0.8), pods.len());
+        let bindings = proptest::collection::vec(proptest::bool::weighted(0.7), pods.len());
+        let read = proptest::sample::select(vec![Read::Cached, Read::Live]);
+        (Just(claim.clone()), Just(pods), Just(pools), mask, bindings, read, any_seen(&claim)).prop_map(
+            |(claim, mut pods, pools, mask, bindings, read, store)| {
+                for (pod, with_binding) in pods.iter_mut().zip(bindings) {
+                    if with_binding {
+                        pod.binding = Some(Binding::of_claim(&claim).render());
+                        pod.labels.extend(claim.additional_pod_labels.clone());
+                    }
+                }
+                // `owned` is an index lookup: usually the pods carrying the
+                // UID, sometimes stale.
+                let owned = pods.iter().zip(mask).filter(|(_, picked)| *picked).map(|(pod, _)| pod.clone()).collect();
+                World { claim, owned, pods, read, store, pools }
+            },
+        )
+    })
+}
+
+fn ours(world: &World, pod: &PodView) -> bool {
+    pod.claim_uid.as_deref() == Some(world.claim.uid.as_str())
+}
+
+fn not_source(world: &World, pod: &PodView) -> bool {
+    world.claim.source_pod.as_deref() != Some(pod.name.as_str())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2_000))]
+
+    #[test]
+    fn never_acquires_a_pod_that_is_not_eligible(world in any_world()) {
+        // The same world as a fresh request: nothing recorded, nothing held
+        // but what spec.podName may name.
+        let request = ClaimView {
+            deleting: false,
+            has_finalizer: true,
+            phase: Some(ClaimPhase::Pending),
+            recorded_pod_uid: None,
+            recorded_pod_name: None,
+            ..world.claim.clone()
+        };
+        let request = World { claim: request, owned: vec![], ..world.clone() };
+        for world in [world, request] {
+            match world.step() {
+                ClaimStep::Acquire { candidates } => {
+                    for pod in candidates {
+                        prop_assert!(may_acquire(&world.claim, pod, &world.pools), "{pod:?}");
+                    }
+                }
+                ClaimStep::AcquirePreBound(pod) => {
+                    prop_assert!(may_acquire(&world.claim, pod, &world.pools), "{pod:?}");
+                }
+                _ => {}
+            }
+        }
+    }
+
+    #[test]
+    fn adopts_records_and_rewrites_only_its_own_pods(world in any_world()) {
+        match world.step() {
+            ClaimStep::Adopt { keep: pod, .. } | ClaimStep::Record(pod) | ClaimStep::RewriteBinding(pod) => {
+                prop_assert!(ours(&world, pod) && not_source(&world, pod), "{pod:?}");
+            }
+            ClaimStep::AdoptLegacy(pod) => {
+                prop_assert_eq!(pod.phase, Some(PodPhase::Bound));
+                prop_assert_eq!(pod.claimed_by.as_ref(), Some(&world.claim.name));
+                prop_assert_eq!(pod.claim_uid.as_ref(), None);
+                prop_assert_eq!(world.claim.pod_name.as_ref(), Some(&pod.name));
+                prop_assert!(world.claim.recorded_pod_uid.as_ref().is_none_or(|uid| *uid == pod.uid));
+                prop_assert!(not_source(&world, pod));
+            }
+            _ => {}
+        }
+    }
+
+    #[test]
+    fn never_releases_a_pod_that_is_not_its_own(world in any_world()) {
+        let released = match world.step() {
+            ClaimStep::Adopt { release, .. } | ClaimStep::Finalize { release } | ClaimStep::MarkLost { release, .. } => {
+                release
+            }
+            _ => vec![],
+        };
+        for release in released {
+            prop_assert!(ours(&world, release.pod), "{:?}", release.pod);
+        }
+    }
+
+    #[test]
+    fn finalize_releases_every_pod_it_was_shown_carrying_its_uid(world in any_world()) {
+        if let ClaimStep::Finalize { release } = world.step() {
+            for pod in world.owned.iter().filter(|pod| ours(&world, pod)) {
+                prop_assert!(release.iter().any(|release| release.pod.uid == pod.uid), "kept {pod:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn lost_only_on_a_live_read(world in any_world()) {
+        if let ClaimStep::MarkLost { .. } = world.step() {
+            prop_assert_eq!(world.read, Read::Live);
+        }
+    }
+
+    #[test]
+    fn a_deleting_claim_only_finalizes(world in any_world()) {
+        let world = World { claim: ClaimView { deleting: true, ..world.claim.clone() }, ..world };
+        let step = world.step();
+        prop_assert!(
+            matches!(step, ClaimStep::Finalize { .. } | ClaimStep::ConfirmFinalize | ClaimStep::InSync),
+            "{step:?}"
+        );
+    }
+
+    #[test]
+    fn the_same_input_read_live_never_loses_what_the_cache_would_not_question(world in any_world()) {
+        // A live read only confirms: MarkLost on a live read implies that
+        // the cached read of the same input asked to confirm that very loss.
+        let live = World { read: Read::Live, ..world.clone() };
+        if let ClaimStep::MarkLost { reason, .. } = live.step() {
+            let cached = World { read: Read::Cached, ..world };
+            prop_assert_eq!(cached.step(), ClaimStep::ConfirmLost(reason));
+        }
+    }
+}

@@ -1,0 +1,153 @@
+//! Readers from Kubernetes objects and HAKeeper's types into the core's
+//! views ([`crate::model`]).
+//!
+//! Annotations the operator writes itself are read leniently: a
+//! `reclaimed-at` that is not RFC 3339 reads as absent, a
+//! `pod-deletion-cost` that is not an integer as 0. Whether a pod has
+//! `failed` is read from its phase (Failed or Succeeded) only; a controller
+//! that also judges container crashes sets the field itself.
+
+use std::time::Duration;
+
+use cnpool_api::labels;
+use cnpool_api::{CNClaim, CNPool, DurationError, GoDuration, PodPhase, cn_label_map, cn_store_uuid};
+use cnpool_registry::CnStore;
+use k8s_openapi::api::core::v1::Pod;
+
+use crate::model::{ClaimView, PodView, PoolView, StoreView};
+
+/// Drain timeout of a pool that sets none.
+pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(30 * 60);
+/// Minimum delay before a drained CN is reused, for a pool that sets none.
+pub const DEFAULT_MIN_DELAY: Duration = Duration::from_secs(15);
+
+/// Why an object could not be read into a view.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConvertError {
+    /// A field the API server always sets is absent.
+    #[error("{kind} has no {field}: read objects from the API server, or set {field} when building one by hand")]
+    MissingField {
+        /// The object's kind.
+        kind: &'static str,
+        /// The missing field's path.
+        field: &'static str,
+    },
+    /// A duration in the pool's spec cannot be read.
+    #[error("CNPool {pool}: {field}: {error}")]
+    Duration {
+        /// The pool's name.
+        pool: String,
+        /// The field's path.
+        field: &'static str,
+        /// What is wrong with it.
+        error: DurationError,
+    },
+}
+
+impl From<&CnStore> for StoreView {
+    fn from(store: &CnStore) -> Self {
+        Self { uuid: store.uuid.clone(), work_state: store.work_state, labels: store.labels.clone() }
+    }
+}
+
+fn required<T: Clone>(value: Option<&T>, kind: &'static str, field: &'static str) -> Result<T, ConvertError> {
+    value.cloned().ok_or(ConvertError::MissingField { kind, field })
+}
+
+fn non_empty(text: &str) -> Option<String> {
+    (!text.is_empty()).then(|| text.to_owned())
+}
+
+/// Reads a pod.
+pub fn pod_view(pod: &Pod) -> Result<PodView, ConvertError> {
+    let meta = &pod.metadata;
+    let labels = meta.labels.clone().unwrap_or_default();
+    let label = |key: &str| labels.get(key).and_then(|value| non_empty(value));
+    let annotation = |key: &str| meta.annotations.as_ref().and_then(|annotations| annotations.get(key));
+    let name: String = required(meta.name.as_ref(), "Pod", "metadata.name")?;
+    let pod_phase = pod.status.as_ref().and_then(|status| status.phase.as_deref());
+    let subdomain = pod.spec.as_ref().and_then(|spec| spec.subdomain.as_deref());
+    let computed_uuid = subdomain.zip(meta.namespace.as_deref()).map(|(sub, ns)| cn_store_uuid(&name, sub, ns));
+    Ok(PodView {
+        uid: required(meta.uid.as_ref(), "Pod", "metadata.uid")?,
+        created: required(meta.creation_timestamp.as_ref(), "Pod", "metadata.creationTimestamp")?.0,
+        pool: label(labels::POOL_NAME),
+        phase: labels.get(labels::PHASE).and_then(|phase| PodPhase::parse(phase)),
+        claim_uid: label(labels::CLAIM_UID),
+        claimed_by: label(labels::CLAIMED_BY),
+        revision: label(labels::REVISION),
+        outdated: labels.contains_key(labels::OUTDATED),
+        deleting: meta.deletion_timestamp.is_some(),
+        failed: matches!(pod_phase, Some("Failed" | "Succeeded")),
+        node: pod.spec.as_ref().and_then(|spec| spec.node_name.clone()),
+        last_owner: label(labels::LAST_OWNER),
+        delete_on_reclaim: annotation(labels::DELETE_ON_RECLAIM).is_some(),
+        reclaimed_at: annotation(labels::RECLAIMED_AT).and_then(|time| time.parse().ok()),
+        cordoned: annotation(labels::STORE_CORDON).is_some(),
+        store_uuid: label(labels::CN_UUID).or(computed_uuid),
+        deletion_cost: annotation(labels::POD_DELETION_COST).and_then(|cost| cost.parse().ok()).unwrap_or(0),
+        binding: annotation(labels::BINDING).cloned(),
+        name,
+        labels,
+    })
+}
+
+/// Reads a claim.
+pub fn claim_view(claim: &CNClaim) -> Result<ClaimView, ConvertError> {
+    let meta = &claim.metadata;
+    let spec = &claim.spec;
+    let status = claim.status.as_ref();
+    let store = status.and_then(|status| status.store.as_ref());
+    let bound_time = status.and_then(|status| status.bound_time.as_ref()).or(store.and_then(|s| s.bound_time.as_ref()));
+    Ok(ClaimView {
+        name: required(meta.name.as_ref(), "CNClaim", "metadata.name")?,
+        uid: required(meta.uid.as_ref(), "CNClaim", "metadata.uid")?,
+        deleting: meta.deletion_timestamp.is_some(),
+        has_finalizer: meta.finalizers.iter().flatten().any(|finalizer| finalizer == labels::CLAIM_FINALIZER),
+        owner_name: spec.owner_name.as_deref().and_then(non_empty),
+        selector: spec.selector.clone(),
+        pool_name: non_empty(&spec.pool_name),
+        pod_name: non_empty(&spec.pod_name),
+        source_pod: spec.source_pod.as_ref().and_then(|source| non_empty(&source.pod_name)),
+        phase: claim.phase(),
+        recorded_pod_uid: store.and_then(|store| store.pod_uid.as_deref()).and_then(non_empty),
+        recorded_pod_name: store.and_then(|store| store.pod_name()).and_then(non_empty),
+        bound_time: bound_time.map(|time| time.0),
+        cn_labels: cn_label_map(&spec.cn_labels),
+        additional_pod_labels: spec.additional_pod_labels.clone(),
+        claim_set: meta.labels.as_ref().and_then(|labels| labels.get(labels::CLAIM_SET)).and_then(|set| non_empty(set)),
+    })
+}
+
+/// Reads a pool whose current template hashes to `current_revision`.
+pub fn pool_view(pool: &CNPool, current_revision: &str) -> Result<PoolView, ConvertError> {
+    let name: String = required(pool.metadata.name.as_ref(), "CNPool", "metadata.name")?;
+    let scale = &pool.spec.strategy.scale_strategy;
+    let drain = pool.spec.strategy.drain_strategy.as_ref();
+    let duration = |value: Option<&GoDuration>, field, default| match value {
+        None => Ok(default),
+        Some(text) => text.parse().map_err(|error| ConvertError::Duration { pool: name.clone(), field, error }),
+    };
+    Ok(PoolView {
+        drain_timeout: duration(
+            drain.and_then(|drain| drain.timeout.as_ref()),
+            "spec.strategy.drainStrategy.timeout",
+            DEFAULT_DRAIN_TIMEOUT,
+        )?,
+        min_delay: duration(
+            drain.and_then(|drain| drain.min_delay.as_ref()),
+            "spec.strategy.drainStrategy.minDelay",
+            DEFAULT_MIN_DELAY,
+        )?,
+        current_revision: current_revision.to_owned(),
+        // Validation refuses negative values; should one slip through, it
+        // reads as 0, which creates nothing.
+        max_idle: u32::try_from(scale.max_idle).unwrap_or(0),
+        max_pods: scale.max_pods.map(|max| u32::try_from(max).unwrap_or(0)),
+        deleting: pool.metadata.deletion_timestamp.is_some(),
+        name,
+    })
+}
+
+#[cfg(test)]
+mod tests;

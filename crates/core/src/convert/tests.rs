@@ -1,0 +1,175 @@
+use cnpool_api::ClaimPhase;
+use cnpool_registry::WorkState;
+use serde_json::json;
+
+use super::*;
+use crate::testing::{labels as label_map, store_labels};
+
+fn pod(value: serde_json::Value) -> Pod {
+    serde_json::from_value(value).unwrap()
+}
+
+fn bound_pod_json() -> serde_json::Value {
+    json!({
+        "metadata": {
+            "name": "mo-cn-0", "namespace": "default", "uid": "pod-uid",
+            "creationTimestamp": "2026-05-14T18:00:59Z",
+            "labels": {
+                "pool.matrixorigin.io/phase": "Bound",
+                "pool.matrixorigin.io/pool-name": "pool",
+                "pool.matrixorigin.io/claim-uid": "claim-uid",
+                "pool.matrixorigin.io/claimed-by": "claim",
+                "pool.matrixorigin.io/revision": "r1",
+                "matrixorigin.io/last-owner": "",
+                "team": "blue"
+            },
+            "annotations": {
+                "matrixorigin.io/reclaimed-at": "2026-05-14T17:00:00Z",
+                "controller.kubernetes.io/pod-deletion-cost": "7",
+                "pool.matrixorigin.io/binding": "{}"
+            }
+        },
+        "spec": {"containers": [], "nodeName": "node-1", "subdomain": "mo-cn-headless"},
+        "status": {"phase": "Running"}
+    })
+}
+
+#[test]
+fn reads_a_bound_pod() {
+    let view = pod_view(&pod(bound_pod_json())).unwrap();
+    assert_eq!((view.name.as_str(), view.uid.as_str()), ("mo-cn-0", "pod-uid"));
+    assert_eq!(view.phase, Some(PodPhase::Bound));
+    assert_eq!(view.pool.as_deref(), Some("pool"));
+    assert_eq!(view.claim_uid.as_deref(), Some("claim-uid"));
+    assert_eq!(view.claimed_by.as_deref(), Some("claim"));
+    assert_eq!(view.revision.as_deref(), Some("r1"));
+    assert_eq!(view.last_owner, None, "an empty label value is no owner");
+    assert_eq!(view.created, "2026-05-14T18:00:59Z".parse().unwrap());
+    assert_eq!(view.reclaimed_at, Some("2026-05-14T17:00:00Z".parse().unwrap()));
+    assert_eq!(view.deletion_cost, 7);
+    assert_eq!(view.binding.as_deref(), Some("{}"));
+    assert_eq!(view.node.as_deref(), Some("node-1"));
+    assert_eq!(view.labels.get("team").map(String::as_str), Some("blue"));
+    assert!(!view.failed && !view.deleting && !view.outdated && !view.delete_on_reclaim && !view.cordoned);
+    // The reference's test vector for mo-cn-0.mo-cn-headless.default.svc.
+    assert_eq!(view.store_uuid.as_deref(), Some("62333133-3462-6162-3339-633436306439"));
+}
+
+#[test]
+fn the_store_uuid_label_wins_over_the_dns_name() {
+    let mut value = bound_pod_json();
+    value["metadata"]["labels"]["matrixone.cloud/cn-uuid"] = json!("from-label");
+    assert_eq!(pod_view(&pod(value)).unwrap().store_uuid.as_deref(), Some("from-label"));
+}
+
+#[test]
+fn reads_flags_and_a_failed_phase() {
+    let mut value = bound_pod_json();
+    value["metadata"]["deletionTimestamp"] = json!("2026-05-14T19:00:00Z");
+    value["metadata"]["labels"]["matrixorigin.io/outdated"] = json!("true");
+    value["metadata"]["labels"]["pool.matrixorigin.io/phase"] = json!("Sleeping");
+    value["metadata"]["annotations"]["matrixorigin.io/delete-on-reclaim"] = json!("true");
+    value["metadata"]["annotations"]["matrixorigin.io/store-cordon"] = json!("true");
+    value["metadata"]["annotations"]["matrixorigin.io/reclaimed-at"] = json!("yesterday");
+    value["status"]["phase"] = json!("Failed");
+    let view = pod_view(&pod(value)).unwrap();
+    assert!(view.deleting && view.outdated && view.delete_on_reclaim && view.cordoned && view.failed);
+    assert_eq!(view.phase, None, "a phase no operator writes");
+    assert_eq!(view.reclaimed_at, None, "an unreadable time reads as absent");
+}
+
+#[test]
+fn a_pod_without_a_uid_is_refused_with_the_field_named() {
+    let mut value = bound_pod_json();
+    value["metadata"].as_object_mut().unwrap().remove("uid");
+    let error = pod_view(&pod(value)).unwrap_err();
+    assert_eq!(error, ConvertError::MissingField { kind: "Pod", field: "metadata.uid" });
+    assert!(error.to_string().contains("metadata.uid"));
+}
+
+#[test]
+fn reads_a_claim_the_go_operator_wrote() {
+    let claim: CNClaim = serde_json::from_value(json!({
+        "apiVersion": "core.matrixorigin.io/v1alpha1", "kind": "CNClaim",
+        "metadata": {
+            "name": "claim", "uid": "claim-uid", "labels": {"matrixorigin.io/claimset": "set"},
+            "finalizers": ["pool.matrixorigin.io/claim"]
+        },
+        "spec": {
+            "podName": "mo-cn-0", "poolName": "pool", "ownerName": "tenant",
+            "selector": {"matchLabels": {"tier": "gold"}},
+            "cnLabels": [{"key": "account", "values": ["acme"]}],
+            "additionalPodLabels": {"team": "blue"},
+            "sourcePod": {"podName": "mo-cn-9"}
+        },
+        "status": {"phase": "Bound", "store": {"string": "mo-cn-0", "workState": 1}, "boundTime": "2026-05-14T18:01:00Z"}
+    }))
+    .unwrap();
+    let view = claim_view(&claim).unwrap();
+    assert_eq!((view.name.as_str(), view.uid.as_str()), ("claim", "claim-uid"));
+    assert!(view.has_finalizer && !view.deleting);
+    assert_eq!(view.pod_name.as_deref(), Some("mo-cn-0"));
+    assert_eq!(view.source_pod.as_deref(), Some("mo-cn-9"));
+    assert_eq!(view.pool_name.as_deref(), Some("pool"));
+    assert_eq!(view.owner_name.as_deref(), Some("tenant"));
+    assert_eq!(view.phase, Some(ClaimPhase::Bound));
+    assert_eq!(view.recorded_pod_uid, None);
+    assert_eq!(view.recorded_pod_name.as_deref(), Some("mo-cn-0"));
+    assert_eq!(view.bound_time, Some("2026-05-14T18:01:00Z".parse().unwrap()));
+    assert_eq!(view.cn_labels, store_labels(&[("account", &["acme"])]));
+    assert_eq!(view.additional_pod_labels, label_map(&[("team", "blue")]));
+    assert_eq!(view.claim_set.as_deref(), Some("set"));
+    assert_eq!(view.selector.match_labels, Some(label_map(&[("tier", "gold")])));
+}
+
+#[test]
+fn a_claim_without_cnpools_finalizer_says_so() {
+    let mut claim = CNClaim::new("claim", Default::default());
+    claim.metadata.uid = Some("u".into());
+    claim.metadata.finalizers = Some(vec!["other/finalizer".into()]);
+    let view = claim_view(&claim).unwrap();
+    assert!(!view.has_finalizer);
+    assert_eq!((view.pod_name, view.phase, view.recorded_pod_name), (None, None, None));
+}
+
+fn pool_with(drain: serde_json::Value) -> CNPool {
+    serde_json::from_value(json!({
+        "apiVersion": "core.matrixorigin.io/v1alpha1", "kind": "CNPool",
+        "metadata": {"name": "pool"},
+        "spec": {
+            "template": {"spec": {"containers": []}},
+            "strategy": {"scaleStrategy": {"maxIdle": 3, "maxPods": 8}, "drainStrategy": drain}
+        }
+    }))
+    .unwrap()
+}
+
+#[test]
+fn reads_a_pool_with_its_drain_settings_or_the_defaults() {
+    let view = pool_view(&pool_with(json!({"timeout": "10m", "minDelay": "1s"})), "r1").unwrap();
+    assert_eq!((view.max_idle, view.max_pods), (3, Some(8)));
+    assert_eq!((view.drain_timeout, view.min_delay), (Duration::from_secs(600), Duration::from_secs(1)));
+    assert_eq!(view.current_revision, "r1");
+    let defaults = pool_view(&pool_with(json!({})), "r1").unwrap();
+    assert_eq!((defaults.drain_timeout, defaults.min_delay), (Duration::from_secs(1800), Duration::from_secs(15)));
+}
+
+#[test]
+fn a_malformed_drain_duration_names_the_field() {
+    let error = pool_view(&pool_with(json!({"minDelay": "soon"})), "r1").unwrap_err();
+    assert!(error.to_string().contains("spec.strategy.drainStrategy.minDelay"), "{error}");
+}
+
+#[test]
+fn reads_a_store() {
+    let store = CnStore {
+        uuid: "u".into(),
+        work_state: WorkState::Draining,
+        labels: store_labels(&[("a", &["b"])]),
+        ..Default::default()
+    };
+    assert_eq!(
+        StoreView::from(&store),
+        StoreView { uuid: "u".into(), work_state: WorkState::Draining, labels: store_labels(&[("a", &["b"])]) }
+    );
+}
