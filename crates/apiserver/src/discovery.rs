@@ -123,6 +123,78 @@ pub fn resource_list(resources: &[Arc<ResourceInfo>], group: &str, version: &str
     Some(json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version, "resources": listed}))
 }
 
+/// `/openapi/v3`: one document per group-version.
+pub fn openapi_v3_root(resources: &[Arc<ResourceInfo>]) -> Value {
+    let mut paths = serde_json::Map::new();
+    for res in resources {
+        let key = group_version_path(&res.group, &res.version);
+        paths.insert(key.clone(), json!({"serverRelativeURL": format!("/openapi/v3/{key}")}));
+    }
+    json!({"paths": paths})
+}
+
+fn group_version_path(group: &str, version: &str) -> String {
+    if group.is_empty() { format!("api/{version}") } else { format!("apis/{group}/{version}") }
+}
+
+/// The OpenAPI v3 document of one group-version. It declares what kubectl
+/// looks for before it validates on the client: the `fieldValidation`
+/// parameter, so `kubectl apply` leaves validation to the server (which
+/// then refuses unknown fields under `fieldValidation=Strict`).
+pub fn openapi_v3_group_version(resources: &[Arc<ResourceInfo>], group: &str, version: &str) -> Option<Value> {
+    let mut paths = serde_json::Map::new();
+    let mut schemas = serde_json::Map::new();
+    for res in resources.iter().filter(|res| res.group == group && res.version == version) {
+        let gvk = json!({"group": res.group, "version": res.version, "kind": res.kind});
+        let parameters = json!([
+            {"name": "fieldValidation", "in": "query", "schema": {"type": "string", "uniqueItems": true}},
+            {"name": "dryRun", "in": "query", "schema": {"type": "string", "uniqueItems": true}},
+            {"name": "fieldManager", "in": "query", "schema": {"type": "string", "uniqueItems": true}}
+        ]);
+        let operation = |verb: &str| {
+            json!({
+                "operationId": format!("{verb}{}", res.kind),
+                "parameters": parameters,
+                "responses": {"200": {"description": "OK"}},
+                "x-kubernetes-action": verb,
+                "x-kubernetes-group-version-kind": gvk,
+            })
+        };
+        let base = format!("/{}", group_version_path(&res.group, &res.version));
+        let collection = if res.namespaced {
+            format!("{base}/namespaces/{{namespace}}/{}", res.plural)
+        } else {
+            format!("{base}/{}", res.plural)
+        };
+        paths.insert(collection.clone(), json!({"get": operation("list"), "post": operation("post")}));
+        paths.insert(
+            format!("{collection}/{{name}}"),
+            json!({"get": operation("get"), "put": operation("put"), "patch": operation("patch"), "delete": operation("delete")}),
+        );
+        let schema_name = format!("{}.{}.{}", reverse_domain(&res.group), res.version, res.kind);
+        let mut schema = res.schema.clone().unwrap_or_else(|| json!({"type": "object"}));
+        schema["x-kubernetes-group-version-kind"] = json!([gvk]);
+        schemas.insert(schema_name, schema);
+    }
+    if paths.is_empty() {
+        return None;
+    }
+    Some(json!({
+        "openapi": "3.0.0",
+        "info": {"title": "Kubernetes", "version": "v1.33.0+cnpool-embedded"},
+        "paths": paths,
+        "components": {"schemas": schemas},
+    }))
+}
+
+/// `core.matrixorigin.io` → `io.matrixorigin.core`, as the real server names schemas.
+fn reverse_domain(group: &str) -> String {
+    if group.is_empty() {
+        return "io.k8s.api.core".into();
+    }
+    group.split('.').rev().collect::<Vec<_>>().join(".")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

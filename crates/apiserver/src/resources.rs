@@ -227,7 +227,8 @@ fn builtin_columns(plural: &str) -> Vec<Column> {
         ],
         "leases" => vec![column("Holder", "string", ".spec.holderIdentity", 0), age],
         "nodes" => vec![column("Status", "string", "", 0), age],
-        "customresourcedefinitions" => vec![column("Created At", "date", ".metadata.creationTimestamp", 0)],
+        // The real server prints this one as a timestamp, not an age.
+        "customresourcedefinitions" => vec![column("Created At", "string", ".metadata.creationTimestamp", 0)],
         _ => vec![age],
     }
 }

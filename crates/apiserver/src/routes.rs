@@ -15,7 +15,7 @@ use crate::discovery;
 use crate::error::ApiError;
 use crate::resources::ResourceInfo;
 use crate::selectors::{FieldSelector, LabelSelector};
-use crate::store::{DeleteOptions, Event, EventType, Part, Propagation, Target};
+use crate::store::{DeleteOptions, Event, EventType, Part, Propagation, Target, WriteOptions};
 use crate::table::{IncludeObject, table};
 
 /// Largest request body accepted (the real server's limit is 3 MiB).
@@ -136,12 +136,21 @@ impl Call {
             ["apis", group] => discovery::group(&store.resources(), group)
                 .map(|doc| json_response(StatusCode::OK, &doc))
                 .ok_or_else(ApiError::path_not_found),
+            ["openapi", "v3"] => Ok(json_response(StatusCode::OK, &discovery::openapi_v3_root(&store.resources()))),
+            ["openapi", "v3", "api", version] => self.openapi("", version),
+            ["openapi", "v3", "apis", group, version] => self.openapi(group, version),
             ["api", "v1"] => self.resource_list("", "v1"),
             ["apis", group, version] => self.resource_list(group, version),
             ["api", "v1", rest @ ..] => self.resource(split_resource("", "v1", rest)?),
             ["apis", group, version, rest @ ..] => self.resource(split_resource(group, version, rest)?),
             _ => Err(ApiError::path_not_found()),
         }
+    }
+
+    fn openapi(&self, group: &str, version: &str) -> Result<Response, ApiError> {
+        discovery::openapi_v3_group_version(&self.server.store.resources(), group, version)
+            .map(|doc| json_response(StatusCode::OK, &doc))
+            .ok_or_else(ApiError::path_not_found)
     }
 
     fn resource_list(&self, group: &str, version: &str) -> Result<Response, ApiError> {
@@ -159,7 +168,10 @@ impl Call {
             return Err(ApiError::path_not_found());
         }
         let target = Target { resource: &res, namespace: path.namespace };
-        let dry_run = self.query.get("dryRun").is_some_and(|v| v == "All");
+        let options = WriteOptions {
+            dry_run: self.query.get("dryRun") == Some("All"),
+            strict: self.query.get("fieldValidation") == Some("Strict"),
+        };
         let part = match path.subresource {
             None => Part::Main,
             Some("status") if res.status => Part::Status,
@@ -172,7 +184,7 @@ impl Call {
                 Method::GET => self.list(&target),
                 Method::POST => {
                     let object = self.json_body()?;
-                    let created = store.create(&target, object, dry_run)?;
+                    let created = store.create(&target, object, options)?;
                     Ok(json_response(StatusCode::CREATED, &created))
                 }
                 _ => Err(ApiError::method_not_allowed(format!("{} is not supported on a collection", self.method))),
@@ -180,8 +192,8 @@ impl Call {
         };
         let response = match self.method {
             Method::GET => store.get(&target, name)?,
-            Method::PUT => store.update(&target, name, self.json_body()?, part, dry_run)?,
-            Method::PATCH => store.patch(&target, name, &self.content_type, &self.body, part, dry_run)?,
+            Method::PUT => store.update(&target, name, self.json_body()?, part, options)?,
+            Method::PATCH => store.patch(&target, name, &self.content_type, &self.body, part, options)?,
             Method::DELETE => store.delete(&target, name, &self.delete_options()?)?,
             _ => return Err(ApiError::method_not_allowed(format!("{} is not supported on an object", self.method))),
         };

@@ -4,28 +4,31 @@
 
 use serde_json::{Map, Value};
 
-/// Applies defaults and prunes unknown fields, in place. `metadata`,
-/// `apiVersion` and `kind` at the root are never pruned.
-pub fn default_and_prune(object: &mut Value, schema: &Value) {
+/// Applies defaults and prunes unknown fields, in place; returns the paths
+/// it pruned. `metadata`, `apiVersion` and `kind` at the root are never
+/// pruned.
+pub fn default_and_prune(object: &mut Value, schema: &Value) -> Vec<String> {
+    let mut pruned = Vec::new();
     if let Some(map) = object.as_object_mut() {
         let saved: Vec<(String, Value)> = ["apiVersion", "kind", "metadata"]
             .iter()
             .filter_map(|key| map.remove(*key).map(|value| (key.to_string(), value)))
             .collect();
-        walk(object, schema);
+        walk(object, schema, "", &mut pruned);
         if let Some(map) = object.as_object_mut() {
             map.extend(saved);
         }
     }
+    pruned
 }
 
-fn walk(value: &mut Value, schema: &Value) {
+fn walk(value: &mut Value, schema: &Value, path: &str, pruned: &mut Vec<String>) {
     match value {
-        Value::Object(map) => walk_object(map, schema),
+        Value::Object(map) => walk_object(map, schema, path, pruned),
         Value::Array(items) => {
             if let Some(item_schema) = schema.get("items") {
-                for item in items {
-                    walk(item, item_schema);
+                for (index, item) in items.iter_mut().enumerate() {
+                    walk(item, item_schema, &format!("{path}[{index}]"), pruned);
                 }
             }
         }
@@ -33,7 +36,7 @@ fn walk(value: &mut Value, schema: &Value) {
     }
 }
 
-fn walk_object(map: &mut Map<String, Value>, schema: &Value) {
+fn walk_object(map: &mut Map<String, Value>, schema: &Value, path: &str, pruned: &mut Vec<String>) {
     let preserve = schema["x-kubernetes-preserve-unknown-fields"].as_bool() == Some(true);
     let properties = schema.get("properties").and_then(Value::as_object);
     let additional = schema.get("additionalProperties").filter(|a| a.is_object());
@@ -56,12 +59,13 @@ fn walk_object(map: &mut Map<String, Value>, schema: &Value) {
         match property {
             Some(property) => {
                 if let Some(child) = map.get_mut(&key) {
-                    walk(child, property);
+                    walk(child, property, &child_path(path, &key), pruned);
                 }
             }
             None if preserve || (properties.is_none() && additional.is_none() && schema.get("type").is_none()) => {}
             None => {
                 map.remove(&key);
+                pruned.push(child_path(path, &key));
             }
         }
     }
@@ -214,7 +218,7 @@ mod tests {
     fn defaults_fill_missing_fields_and_unknown_fields_are_pruned() {
         let mut object = json!({"apiVersion": "x/v1", "kind": "K", "metadata": {"name": "a", "extra": 1},
             "spec": {"selector": {"anything": {"goes": 1}}, "bogus": true, "labels": {"a": "b"}}, "junk": 1});
-        default_and_prune(&mut object, &schema());
+        assert_eq!(default_and_prune(&mut object, &schema()), ["junk", "spec.bogus"]);
         assert_eq!(
             object,
             json!({"apiVersion": "x/v1", "kind": "K", "metadata": {"name": "a", "extra": 1},

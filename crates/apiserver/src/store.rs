@@ -71,6 +71,15 @@ pub enum Propagation {
     Orphan,
 }
 
+/// Query options of create, update and patch.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct WriteOptions {
+    /// `dryRun=All`: check everything, store nothing.
+    pub dry_run: bool,
+    /// `fieldValidation=Strict`: unknown fields are an error, not pruned.
+    pub strict: bool,
+}
+
 #[derive(Clone, Debug, Default)]
 pub struct DeleteOptions {
     pub uid: Option<String>,
@@ -157,7 +166,7 @@ impl Store {
             if let Some(info) = &namespaces {
                 let target = Target { resource: info, namespace: None };
                 // Creating a fixed, valid namespace in an empty store cannot fail.
-                let _ = store.create(&target, json!({"metadata": {"name": name}}), false);
+                let _ = store.create(&target, json!({"metadata": {"name": name}}), WriteOptions::default());
             }
         }
         store
@@ -242,7 +251,7 @@ impl Store {
         }))
     }
 
-    pub fn create(&self, target: &Target, mut object: Value, dry_run: bool) -> Result<Value, ApiError> {
+    pub fn create(&self, target: &Target, mut object: Value, options: WriteOptions) -> Result<Value, ApiError> {
         let res = target.resource;
         let mut inner = self.lock();
         object = restore(res, object);
@@ -292,9 +301,9 @@ impl Store {
             // The real server ignores status on create when it has a subresource.
             map.remove("status");
         }
-        inner.apply_defaults(res, &mut object);
+        inner.apply_defaults(res, &mut object, options.strict)?;
         validate_schema(res, &object)?;
-        if dry_run {
+        if options.dry_run {
             return Ok(present(res, object));
         }
         let stored = inner.commit(&self.events, res.storage.clone(), EventType::Added, None, object);
@@ -309,7 +318,7 @@ impl Store {
         name: &str,
         body: Value,
         part: Part,
-        dry_run: bool,
+        options: WriteOptions,
     ) -> Result<Value, ApiError> {
         let res = target.resource;
         let body = restore(res, body);
@@ -321,7 +330,7 @@ impl Store {
                 vec![("metadata.resourceVersion".into(), "Invalid value: 0x0: must be specified for an update".into())],
             ));
         }
-        self.write(target, name, part, dry_run, |_| Ok(body))
+        self.write(target, name, part, options, |_| Ok(body))
     }
 
     /// Applies a patch of `content_type` to the object (or its status).
@@ -332,12 +341,12 @@ impl Store {
         content_type: &str,
         patch: &[u8],
         part: Part,
-        dry_run: bool,
+        options: WriteOptions,
     ) -> Result<Value, ApiError> {
         let res = target.resource;
         let kind = crate::patch::PatchKind::from_content_type(content_type, res.custom)?;
         let patch = crate::patch::parse(kind, patch)?;
-        self.write(target, name, part, dry_run, |current| crate::patch::apply(kind, current, &patch))
+        self.write(target, name, part, options, |current| crate::patch::apply(kind, current, &patch))
     }
 
     /// The shared path of every update and patch.
@@ -346,7 +355,7 @@ impl Store {
         target: &Target,
         name: &str,
         part: Part,
-        dry_run: bool,
+        options: WriteOptions,
         change: impl FnOnce(&Value) -> Result<Value, ApiError>,
     ) -> Result<Value, ApiError> {
         let res = target.resource;
@@ -390,7 +399,7 @@ impl Store {
         if res.custom
             && let Some(schema) = &res.schema
         {
-            schema::default_and_prune(&mut object, schema);
+            refuse_unknown(res, schema::default_and_prune(&mut object, schema), options.strict)?;
         }
         validate_schema(res, &object)?;
         if meta::is_deleting(&current) {
@@ -413,10 +422,10 @@ impl Store {
             let generation = meta::meta(&current)["generation"].as_i64().unwrap_or(1);
             meta_mut(&mut object).insert("generation".into(), json!(generation + 1));
         }
-        if meta::without_version(&object) == meta::without_version(&current) || dry_run {
+        if meta::without_version(&object) == meta::without_version(&current) || options.dry_run {
             // Nothing changed: the real server neither bumps the version nor
             // notifies watchers.
-            return Ok(present(res, if dry_run { object } else { current }));
+            return Ok(present(res, if options.dry_run { object } else { current }));
         }
         if meta::is_deleting(&object) && !has_finalizers(&object) && !is_graceful_pod(res, &object) {
             let removed = inner.remove(&self.events, &res.storage, Some(current), object);
@@ -563,7 +572,7 @@ impl Store {
             return Err(ApiError::path_not_found());
         };
         let path = json_pointer(&paths.spec_replicas);
-        let updated = self.write(target, name, Part::Main, false, |current| {
+        let updated = self.write(target, name, Part::Main, WriteOptions::default(), |current| {
             let mut object = current.clone();
             if let Some(version) = &version {
                 meta_mut(&mut object).insert("resourceVersion".into(), json!(version));
@@ -699,6 +708,18 @@ fn validate_name(res: &ResourceInfo, name: &str) -> Result<(), ApiError> {
     }
 }
 
+/// Under `fieldValidation=Strict`, what pruning removed is an error.
+fn refuse_unknown(res: &ResourceInfo, pruned: Vec<String>, strict: bool) -> Result<(), ApiError> {
+    if !strict || pruned.is_empty() {
+        return Ok(());
+    }
+    let fields = pruned.iter().map(|path| format!("unknown field \"{path}\"")).collect::<Vec<_>>().join(", ");
+    Err(ApiError::bad_request(format!(
+        "{} in version \"{}\" cannot be handled as a {}: strict decoding error: {fields}",
+        res.kind, res.version, res.kind
+    )))
+}
+
 fn validate_schema(res: &ResourceInfo, object: &Value) -> Result<(), ApiError> {
     let Some(schema) = res.schema.as_ref().filter(|_| res.custom) else {
         return Ok(());
@@ -823,12 +844,12 @@ impl Inner {
     }
 
     /// What the real server's defaulting and admission add on create.
-    fn apply_defaults(&mut self, res: &ResourceInfo, object: &mut Value) {
+    fn apply_defaults(&mut self, res: &ResourceInfo, object: &mut Value, strict: bool) -> Result<(), ApiError> {
         if res.custom {
             if let Some(schema) = &res.schema {
-                schema::default_and_prune(object, schema);
+                refuse_unknown(res, schema::default_and_prune(object, schema), strict)?;
             }
-            return;
+            return Ok(());
         }
         match (res.group.as_str(), res.plural.as_str()) {
             ("", "pods") => {
@@ -874,6 +895,7 @@ impl Inner {
             ("", "secrets") if object.get("type").is_none() => object["type"] = json!("Opaque"),
             _ => {}
         }
+        Ok(())
     }
 
     /// Stores `object` under the next resourceVersion and tells watchers.

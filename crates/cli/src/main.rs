@@ -5,6 +5,9 @@ use std::io::Write;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 
+mod bench;
+mod dev;
+
 #[derive(Parser)]
 #[command(name = "cnpool", version, about = "Warm MatrixOne CN pods, handed out exclusively to claims")]
 struct Cli {
@@ -17,14 +20,23 @@ enum Command {
     /// Print the CNPool, CNClaim and CNClaimSet CRDs as one multi-document
     /// YAML stream, e.g. `cnpool crd | kubectl apply -f -`.
     Crd,
+    /// Serve an in-memory Kubernetes API (with cnpool's CRDs installed) on
+    /// loopback and write a kubeconfig for it; runs until interrupted.
+    Dev(dev::DevArgs),
+    /// Benchmarks; each prints a table (and JSON with --json).
+    Bench(bench::BenchArgs),
 }
 
-fn main() -> anyhow::Result<()> {
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt().with_env_filter(tracing_subscriber::EnvFilter::from_default_env()).init();
     match Cli::parse().command {
         Command::Crd => {
             let yaml = cnpool_api::crd::crds_yaml().context("rendering the CRDs as YAML")?;
             std::io::stdout().lock().write_all(yaml.as_bytes()).context("writing the CRDs to stdout")?;
         }
+        Command::Dev(args) => dev::run(args).await?,
+        Command::Bench(args) => bench::run(args).await?,
     }
     Ok(())
 }

@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# kubectl against `cnpool dev` (the embedded API server over HTTP): what a
+# newcomer does on the first day must work as on a real cluster.
+# Needs `cnpool` and kubectl (1.32) on PATH; KUBECTL_120 may name kubectl 1.20.
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+source "$repo/ci/lib/assert.sh"
+
+port=${CNPOOL_DEV_PORT:-18443}
+work=$(mktemp -d)
+export KUBECONFIG="$work/kubeconfig"
+cnpool dev --listen "127.0.0.1:$port" --kubeconfig "$KUBECONFIG" >"$work/dev.log" 2>&1 &
+dev_pid=$!
+trap 'kill $dev_pid 2>/dev/null; wait $dev_pid 2>/dev/null; rm -rf "$work"' EXIT
+for _ in $(seq 1 100); do
+  curl -sf "http://127.0.0.1:$port/readyz" >/dev/null 2>&1 && break
+  sleep 0.1
+done
+
+check "cnpool crd | kubectl apply -f - (validating)" sh -c 'cnpool crd | kubectl apply -f -'
+check "kubectl apply -f examples/ (a pool, a claim, a claim set)" kubectl apply -f "$repo/examples/"
+check "kubectl get cnclaims has the Pod, Phase, Pool and Age columns" \
+  expect_match '^NAME +POD +PHASE +POOL +AGE' "$(kubectl get cnclaims 2>&1 | head -n 1)"
+check "-o wide adds Node and Owner" expect_match 'NODE +OWNER$' "$(kubectl get cnclaims -o wide 2>&1 | head -n 1)"
+check "-o yaml prints the object" expect_match 'kind: CNClaim' "$(kubectl get cnclaim test -o yaml 2>&1)"
+check "kubectl get cnpools shows Idle, Bound, Total, MaxIdle" \
+  expect_match '^NAME +IDLE +BOUND +TOTAL +MAXIDLE +AGE' "$(kubectl get cnpools 2>&1 | head -n 1)"
+
+unknown=$(kubectl apply -f - 2>&1 <<'YAML'
+apiVersion: core.matrixorigin.io/v1alpha1
+kind: CNClaim
+metadata: {name: typo}
+spec:
+  selector: {matchLabels: {pool: default}}
+  cnLables: [{key: role, values: [x]}]
+YAML
+)
+check "apply refuses an unknown field (server-side strict validation)" expect_match 'unknown field "spec.cnLables"' "$unknown"
+
+check "kubectl label" kubectl label cnclaim test tier=gold
+check "-l selects by label" expect_match '^test ' "$(kubectl get cnclaims -l tier=gold --no-headers 2>&1)"
+check "-l with a set-based selector excludes" expect_match 'No resources found' "$(kubectl get cnclaims -l 'tier in (silver)' 2>&1)"
+check "kubectl patch --type merge" kubectl patch cnclaim test --type merge -p '{"spec":{"ownerName":"alice"}}'
+check "the patch shows under -o wide" expect_match 'alice$' "$(kubectl get cnclaim test -o wide --no-headers 2>&1)"
+check "kubectl scale cnclaimset" kubectl scale cnclaimset test --replicas=4
+check "scale changed spec.replicas" expect_eq 4 "$(kubectl get cnclaimset test -o jsonpath='{.spec.replicas}')"
+
+# An Event as kube-rs's recorder writes it (events.k8s.io/v1) shows in describe.
+kubectl create -f - >/dev/null 2>&1 <<YAML
+apiVersion: events.k8s.io/v1
+kind: Event
+metadata: {name: test.bound, namespace: default}
+eventTime: "2026-11-29T10:00:00.000000Z"
+regarding: {apiVersion: core.matrixorigin.io/v1alpha1, kind: CNClaim, name: test, namespace: default,
+  uid: "$(kubectl get cnclaim test -o jsonpath='{.metadata.uid}')"}
+reason: Bound
+note: bound to cn-0
+type: Normal
+action: Acquire
+reportingController: cnpool
+reportingInstance: cnpool-0
+YAML
+check "kubectl describe shows the claim's Events" expect_match 'Normal +Bound .*bound to cn-0' "$(kubectl describe cnclaim test 2>&1)"
+
+# -w streams changes as they happen.
+kubectl get cnclaims -w --no-headers >"$work/watch.out" 2>&1 &
+watch_pid=$!
+sleep 1
+kubectl patch cnclaim test --type merge -p '{"spec":{"poolName":"streamed"}}' >/dev/null
+sleep 1
+kill $watch_pid 2>/dev/null
+check "kubectl get -w streams a change as it happens" expect_match 'streamed' "$(cat "$work/watch.out")"
+
+# delete returns once the object is gone, and waits on finalizers.
+kubectl patch cnclaim test --type merge -p '{"metadata":{"finalizers":["example.com/hold"]}}' >/dev/null
+kubectl delete cnclaim test --timeout=30s >"$work/delete.out" 2>&1 &
+delete_pid=$!
+sleep 2
+check "kubectl delete waits while a finalizer holds the object" kill -0 $delete_pid
+kubectl patch cnclaim test --type merge -p '{"metadata":{"finalizers":null}}' >/dev/null
+wait $delete_pid
+check "kubectl delete returns once the finalizer is gone" expect_match 'deleted' "$(cat "$work/delete.out")"
+check "the claim is gone" expect_match 'NotFound' "$(kubectl get cnclaim test 2>&1)"
+
+if [[ -n ${KUBECTL_120:-} ]]; then
+  check "kubectl 1.20: get" "$KUBECTL_120" get cnclaimsets
+  check "kubectl 1.20: apply --validate=false" "$KUBECTL_120" apply --validate=false -f "$repo/examples/claim.yaml"
+  check "kubectl 1.20: get shows the columns" expect_match '^NAME +POD +PHASE' "$("$KUBECTL_120" get cnclaims 2>&1 | head -n 1)"
+  check "kubectl 1.20: delete" "$KUBECTL_120" delete cnclaim test
+fi
+summary
