@@ -4,66 +4,38 @@
 
 use serde_json::{Map, Value, json};
 
-fn moved(from: &mut Map<String, Value>, to: &mut Map<String, Value>, pairs: &[(&str, &str)]) {
-    for (source, target) in pairs {
-        if let Some(value) = from.remove(*source) {
-            to.insert(target.to_string(), value);
-        }
-    }
+/// core/v1 field → events.k8s.io/v1 field.
+const FIELDS: [(&str, &str); 15] = [
+    ("metadata", "metadata"),
+    ("involvedObject", "regarding"),
+    ("message", "note"),
+    ("reason", "reason"),
+    ("type", "type"),
+    ("action", "action"),
+    ("related", "related"),
+    ("eventTime", "eventTime"),
+    ("series", "series"),
+    ("reportingComponent", "reportingController"),
+    ("reportingInstance", "reportingInstance"),
+    ("source", "deprecatedSource"),
+    ("firstTimestamp", "deprecatedFirstTimestamp"),
+    ("lastTimestamp", "deprecatedLastTimestamp"),
+    ("count", "deprecatedCount"),
+];
+
+fn rename(from: Map<String, Value>, rename: impl Fn(&str) -> Option<&'static str>) -> Map<String, Value> {
+    from.into_iter().filter_map(|(key, value)| rename(&key).map(|to| (to.to_string(), value))).collect()
 }
 
 pub fn core_to_events_v1(object: Value) -> Value {
-    let Value::Object(mut core) = object else { return object };
-    let mut out = Map::new();
-    moved(
-        &mut core,
-        &mut out,
-        &[
-            ("metadata", "metadata"),
-            ("involvedObject", "regarding"),
-            ("message", "note"),
-            ("reason", "reason"),
-            ("type", "type"),
-            ("action", "action"),
-            ("related", "related"),
-            ("eventTime", "eventTime"),
-            ("series", "series"),
-            ("reportingComponent", "reportingController"),
-            ("reportingInstance", "reportingInstance"),
-            ("source", "deprecatedSource"),
-            ("firstTimestamp", "deprecatedFirstTimestamp"),
-            ("lastTimestamp", "deprecatedLastTimestamp"),
-            ("count", "deprecatedCount"),
-        ],
-    );
-    Value::Object(out)
+    let Value::Object(core) = object else { return object };
+    Value::Object(rename(core, |key| FIELDS.iter().find(|(c, _)| *c == key).map(|(_, v1)| *v1)))
 }
 
 pub fn events_v1_to_core(object: Value) -> Value {
-    let Value::Object(mut v1) = object else { return object };
-    let mut out = Map::new();
+    let Value::Object(v1) = object else { return object };
     let series = v1.get("series").cloned();
-    moved(
-        &mut v1,
-        &mut out,
-        &[
-            ("metadata", "metadata"),
-            ("regarding", "involvedObject"),
-            ("note", "message"),
-            ("reason", "reason"),
-            ("type", "type"),
-            ("action", "action"),
-            ("related", "related"),
-            ("eventTime", "eventTime"),
-            ("series", "series"),
-            ("reportingController", "reportingComponent"),
-            ("reportingInstance", "reportingInstance"),
-            ("deprecatedSource", "source"),
-            ("deprecatedFirstTimestamp", "firstTimestamp"),
-            ("deprecatedLastTimestamp", "lastTimestamp"),
-            ("deprecatedCount", "count"),
-        ],
-    );
+    let mut out = rename(v1, |key| FIELDS.iter().find(|(_, v)| *v == key).map(|(core, _)| *core));
     if !out.contains_key("source")
         && let Some(component) = out.get("reportingComponent").cloned()
     {

@@ -74,3 +74,34 @@ async fn every_committed_write_is_published_in_order() {
     assert_eq!(types, [Added, Modified, Deleted]);
     assert!(seen.windows(2).all(|pair| pair[0].1 + 1 == pair[1].1), "{seen:?}");
 }
+
+#[tokio::test]
+async fn deleting_a_crd_stops_serving_its_resource() {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let server = cnpool_apiserver::ApiServer::default();
+    let client = server.client();
+    let crd: CustomResourceDefinition = serde_json::from_value(json!({
+        "metadata": {"name": "gadgets.example.com"},
+        "spec": {"group": "example.com", "scope": "Namespaced",
+            "names": {"kind": "Gadget", "plural": "gadgets", "singular": "gadget"},
+            "versions": [{"name": "v1", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}
+    }))
+    .unwrap();
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    crds.create(&PostParams::default(), &crd).await.unwrap();
+    let gvk = kube::api::GroupVersionKind::gvk("example.com", "v1", "Gadget");
+    let resource = kube::api::ApiResource::from_gvk_with_plural(&gvk, "gadgets");
+    let gadgets: Api<kube::api::DynamicObject> = Api::namespaced_with(client, "default", &resource);
+    let gadget: kube::api::DynamicObject =
+        serde_json::from_value(json!({"apiVersion": "example.com/v1", "kind": "Gadget", "metadata": {"name": "g"}}))
+            .unwrap();
+    gadgets.create(&PostParams::default(), &gadget).await.unwrap();
+    assert_eq!(gadgets.list(&Default::default()).await.unwrap().items.len(), 1);
+
+    crds.delete("gadgets.example.com", &Default::default()).await.unwrap();
+    match gadgets.list(&Default::default()).await {
+        Err(kube::Error::Api(status)) => assert_eq!(status.code, 404),
+        other => panic!("the resource must be gone with its CRD, got {other:?}"),
+    }
+}

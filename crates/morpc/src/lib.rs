@@ -23,6 +23,7 @@ pub mod proto;
 pub mod query;
 pub mod registry;
 pub mod server;
+mod service;
 
 pub use error::RpcError;
 pub use registry::{MorpcOptions, MorpcRegistry};

@@ -2,13 +2,10 @@
 //! it restarts (MatrixOne 1.2 and later).
 
 use cnpool_registry::RegistryError;
-use prost::Message as _;
 use tokio::time::Instant;
 
 use crate::conn::{ConnectionOptions, ConnectionPool};
-use crate::error::RpcError;
 use crate::proto::{LockMethod, LockRequest, LockResponse, ServiceRequest};
-use crate::query::remote_error;
 
 /// A client of the lock services of a cluster's TNs.
 #[derive(Debug)]
@@ -77,23 +74,7 @@ impl LockClient {
         request: LockRequest,
         deadline: Instant,
     ) -> Result<LockResponse, RegistryError> {
-        let body = self
-            .pool
-            .call(address, deadline, |id| LockRequest { request_id: id, ..request }.encode_to_vec())
-            .await
-            .map_err(|error| error.into_registry(call))?;
-        let response = LockResponse::decode(body).map_err(|error| {
-            RpcError::Decode {
-                address: address.to_owned(),
-                message: "lock service response",
-                detail: error.to_string(),
-            }
-            .into_registry(call)
-        })?;
-        match remote_error(call, &response.error) {
-            Some(error) => Err(error),
-            None => Ok(response),
-        }
+        crate::service::call(&self.pool, call, address, request, deadline).await
     }
 }
 

@@ -4,14 +4,10 @@
 //! is.
 
 use cnpool_registry::{RegistryError, Workload};
-use prost::Message as _;
 use tokio::time::Instant;
 
 use crate::conn::{ConnectionOptions, ConnectionPool};
-use crate::error::RpcError;
-use crate::proto::{
-    CountResponse, Empty, MoError, QueryMethod, QueryRequest, QueryResponse, Session, ShowProcessListRequest,
-};
+use crate::proto::{CountResponse, Empty, QueryMethod, QueryRequest, QueryResponse, Session, ShowProcessListRequest};
 
 /// Which sessions keep a CN busy.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -104,23 +100,7 @@ impl QueryClient {
         request: QueryRequest,
         deadline: Instant,
     ) -> Result<QueryResponse, RegistryError> {
-        let body = self
-            .pool
-            .call(address, deadline, |id| QueryRequest { request_id: id, ..request }.encode_to_vec())
-            .await
-            .map_err(|error| error.into_registry(call))?;
-        let response = QueryResponse::decode(body).map_err(|error| {
-            RpcError::Decode {
-                address: address.to_owned(),
-                message: "query service response",
-                detail: error.to_string(),
-            }
-            .into_registry(call)
-        })?;
-        match remote_error(call, &response.error) {
-            Some(error) => Err(error),
-            None => Ok(response),
-        }
+        crate::service::call(&self.pool, call, address, request, deadline).await
     }
 }
 
@@ -131,15 +111,4 @@ fn request(method: QueryMethod) -> QueryRequest {
 fn count(call: &'static str, answer: CountResponse) -> Result<u64, RegistryError> {
     u64::try_from(answer.count)
         .map_err(|_| RegistryError::Protocol { call, detail: format!("negative count {}", answer.count) })
-}
-
-/// The error a lock or query answer carries in its `Error` bytes, if any.
-pub(crate) fn remote_error(call: &'static str, error: &[u8]) -> Option<RegistryError> {
-    if error.is_empty() {
-        return None;
-    }
-    Some(match MoError::decode(error) {
-        Ok(error) => RegistryError::Remote { call, code: error.code, message: error.message },
-        Err(decode) => RegistryError::Protocol { call, detail: format!("undecodable error in the answer: {decode}") },
-    })
 }
