@@ -70,3 +70,120 @@ async fn claims_bind_to_distinct_pods_whose_stores_carry_their_labels() {
         assert_eq!(recorded.pod_uid, pod.metadata.uid, "{name} recorded its pod's UID");
     }
 }
+
+/// Waits until `name` is Bound and returns its pod's name and UID.
+async fn bound_pod(cluster: &Cluster, name: &str) -> (String, String) {
+    eventually(&format!("{name} Bound"), BIND, || async {
+        let claim = cluster.claims().get(name).await.map_err(|e| e.to_string())?;
+        let recorded = claim.status.as_ref().and_then(|status| status.store.as_ref());
+        match (claim_phase(&claim), recorded.and_then(|store| store.pod_uid.clone())) {
+            (Some("Bound"), Some(uid)) => Ok((claim.spec.pod_name.clone(), uid)),
+            (phase, _) => Err(format!("phase {phase:?}")),
+        }
+    })
+    .await
+}
+
+/// The reasons of the Lost states `name` went through, in order.
+fn loss_reasons(commits: &Commits, name: &str) -> Vec<String> {
+    commits
+        .states_of("cnclaims", name)
+        .iter()
+        .filter(|claim| claim["status"]["phase"] == "Lost")
+        .filter_map(|claim| {
+            let conditions = claim["status"]["conditions"].as_array()?;
+            let bound = conditions.iter().find(|condition| condition["type"] == "Bound")?;
+            bound["reason"].as_str().map(str::to_owned)
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_whose_pod_is_deleted_or_whose_store_vanishes_is_lost_then_rebound() {
+    let cluster = Cluster::new().await;
+    let commits = Commits::record(&cluster.server);
+    cluster.start_operator(0);
+    cluster.create_pool(1, Some(4)).await;
+    cluster.create_claim("tenant", &[("account", "acme")], &[]).await;
+    let (first_pod, first_uid) = bound_pod(&cluster, "tenant").await;
+
+    cluster.pods().delete(&first_pod, &Default::default()).await.unwrap();
+    let (second_pod, second_uid) = eventually("tenant rebound to another pod", BIND, || async {
+        let (pod, uid) = bound_pod(&cluster, "tenant").await;
+        if uid != first_uid { Ok((pod, uid)) } else { Err(format!("still on {pod}")) }
+    })
+    .await;
+    let reasons = loss_reasons(&commits, "tenant");
+    assert!(
+        reasons.iter().any(|reason| reason == "PodDeleting" || reason == "PodDeleted"),
+        "the claim went Lost saying its pod was deleted: {reasons:?}"
+    );
+    assert_ne!(second_pod, first_pod, "a pod being deleted is never bound again");
+
+    let pod = cluster.pods().get(&second_pod).await.unwrap();
+    assert!(cluster.world.vanish_store(label(&pod, labels::CN_UUID).unwrap()));
+    eventually("tenant rebound after its store vanished", BIND, || async {
+        let (pod, uid) = bound_pod(&cluster, "tenant").await;
+        if uid != second_uid { Ok(()) } else { Err(format!("still on {pod}")) }
+    })
+    .await;
+    let reasons = loss_reasons(&commits, "tenant");
+    assert_eq!(reasons.last().map(String::as_str), Some("StoreMissing"), "{reasons:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_claim_releases_its_pod_which_drains_back_to_idle_with_a_clean_store() {
+    let cluster = Cluster::new().await;
+    let commits = Commits::record(&cluster.server);
+    cluster.start_operator(0);
+    // One pod only, so that the released pod is neither retired by scale-in
+    // nor replaced.
+    cluster.create_pool(1, Some(1)).await;
+    cluster.create_claim("tenant", &[("account", "acme")], &[("team", "a")]).await;
+    let (pod_name, pod_uid) = bound_pod(&cluster, "tenant").await;
+    let pod = cluster.pods().get(&pod_name).await.unwrap();
+    let uuid = label(&pod, labels::CN_UUID).unwrap().to_owned();
+
+    cluster.claims().delete("tenant", &Default::default()).await.unwrap();
+    eventually("the claim is gone", BIND, || async {
+        match cluster.claims().get_opt("tenant").await.unwrap() {
+            None => Ok(()),
+            Some(claim) => Err(format!("finalizers {:?}", claim.metadata.finalizers)),
+        }
+    })
+    .await;
+    let pod = eventually("the released pod is Idle again", BIND, || async {
+        let pod = cluster.pods().get(&pod_name).await.map_err(|e| e.to_string())?;
+        if label(&pod, labels::PHASE) == Some("Idle") {
+            Ok(pod)
+        } else {
+            Err(format!("{:?}", label(&pod, labels::PHASE)))
+        }
+    })
+    .await;
+    assert_eq!(pod.metadata.uid.as_deref(), Some(pod_uid.as_str()), "the same pod returned to the pool");
+    assert_eq!(label(&pod, labels::CLAIM_UID), None);
+    assert_eq!(label(&pod, "team"), None, "the claim's additional label left with it");
+    assert_eq!(label(&pod, labels::LAST_OWNER), Some("owner-tenant"));
+
+    let phases: Vec<String> = commits
+        .states_of("pods", &pod_name)
+        .iter()
+        .filter_map(|pod| pod["metadata"]["labels"][labels::PHASE].as_str().map(str::to_owned))
+        .collect::<Vec<_>>()
+        .into_iter()
+        .fold(Vec::new(), |mut seen, phase| {
+            if seen.last() != Some(&phase) {
+                seen.push(phase);
+            }
+            seen
+        });
+    assert_eq!(phases, ["Unknown", "Idle", "Bound", "Draining", "Idle"], "the pod's phases");
+
+    let store = cluster.registry().store(&uuid).expect("the CN still runs");
+    assert_eq!(store.work_state, WorkState::Draining, "an unowned CN does not serve");
+    assert!(store.labels.is_empty(), "no labels of the deleted claim remain: {:?}", store.labels);
+    let labelled: Vec<_> =
+        cluster.registry().list_stores_now().unwrap().into_iter().filter(|store| !store.labels.is_empty()).collect();
+    assert!(labelled.is_empty(), "no store is labelled for a deleted claim: {labelled:?}");
+}

@@ -4,10 +4,11 @@
 
 use std::collections::BTreeMap;
 use std::future::Future;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use cnpool_api::{CNClaim, CNPool, labels};
-use cnpool_apiserver::ApiServer;
+use cnpool_apiserver::{ApiServer, Event};
 use cnpool_controllers::Config;
 use cnpool_registry::memory::MemoryRegistry;
 use cnpool_world::{World, WorldConfig};
@@ -176,5 +177,45 @@ where
             Err(seen) if start.elapsed() > within => panic!("{what}: not within {within:?}; last seen: {seen}"),
             Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
         }
+    }
+}
+
+/// Every write the API server commits from its creation on, kept in order.
+#[derive(Clone, Default)]
+pub struct Commits {
+    events: Arc<Mutex<Vec<Arc<Event>>>>,
+}
+
+impl Commits {
+    /// Starts recording `server`'s commits.
+    pub fn record(server: &ApiServer) -> Self {
+        let commits = Self::default();
+        let mut receiver = server.commits();
+        let events = commits.events.clone();
+        tokio::spawn(async move {
+            loop {
+                match receiver.recv().await {
+                    Ok(event) => events.lock().unwrap().push(event),
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(missed)) => {
+                        panic!("the commit recorder fell {missed} writes behind")
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+                }
+            }
+        });
+        commits
+    }
+
+    pub fn snapshot(&self) -> Vec<Arc<Event>> {
+        self.events.lock().unwrap().clone()
+    }
+
+    /// The committed states of objects of `plural` named `name`, in order.
+    pub fn states_of(&self, plural: &str, name: &str) -> Vec<serde_json::Value> {
+        self.snapshot()
+            .iter()
+            .filter(|event| event.storage.plural == plural && event.object["metadata"]["name"] == name)
+            .map(|event| event.object.clone())
+            .collect()
     }
 }
