@@ -1,3 +1,4 @@
+#![allow(dead_code)] // each test file uses a part of it
 //! A cluster for the controllers' integration tests: the embedded API
 //! server, the simulated world and any number of operator instances, each
 //! with its own client.
