@@ -356,7 +356,9 @@ async fn step<R: StoreRegistry>(ctx: &Context<R>, snap: &mut Snapshot, key: &Key
                     Outcome::Stale | Outcome::NotApplicable => ctx.note_acquired(&pod.uid),
                 }
             }
-            if candidates.is_empty() {
+            // A Lost claim keeps the condition that says why it was lost
+            // while it waits for a new pod.
+            if candidates.is_empty() && view.phase != Some(ClaimPhase::Lost) {
                 write_condition(ctx, snap, "False", "NoIdlePod", "waiting for an Idle pod of the pool").await?;
             }
             Ok(Next::Done(Action::requeue(ctx.backoff(Kind::Claim, key))))
