@@ -187,3 +187,34 @@ async fn a_deleted_claim_releases_its_pod_which_drains_back_to_idle_with_a_clean
         cluster.registry().list_stores_now().unwrap().into_iter().filter(|store| !store.labels.is_empty()).collect();
     assert!(labelled.is_empty(), "no store is labelled for a deleted claim: {labelled:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_settled_cluster_costs_no_writes() {
+    let cluster = Cluster::new().await;
+    cluster.start_operator(0);
+    cluster.create_pool(2, Some(10)).await;
+    for name in ["alpha", "beta"] {
+        cluster.create_claim(name, &[("account", name)], &[]).await;
+    }
+    for name in ["alpha", "beta"] {
+        bound_pod(&cluster, name).await;
+    }
+    eventually("the pool settles with 2 Idle pods", BIND, || async {
+        let pods = cluster.pool_pods().await;
+        let idle = phase_count(&pods, "Idle");
+        if idle == 2 && pods.len() == 4 { Ok(()) } else { Err(format!("{idle} Idle of {}", pods.len())) }
+    })
+    .await;
+    // Let the last stats and status writes land, then watch for a while:
+    // several registry polls, drain polls and stats refreshes.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let commits = Commits::record(&cluster.server);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let writes: Vec<String> = commits
+        .snapshot()
+        .iter()
+        .filter(|event| event.storage.plural != "events")
+        .map(|event| format!("{} {} {:?}", event.storage.plural, event.object["metadata"]["name"], event.event_type))
+        .collect();
+    assert!(writes.is_empty(), "steady state wrote: {writes:?}");
+}
