@@ -1,0 +1,378 @@
+//! The indexed caches the controllers read, one watch per kind.
+//!
+//! Each kind has one informer ([`inform`]) that feeds both kube-runtime's
+//! store (which the controller runtime reads objects from) and this
+//! module's indexes, and reports every change as (old, new) to a handler
+//! that decides whom it wakes. Indexes:
+//! - pods by pool and phase, by claim UID, by CN store UUID;
+//! - claims by UID, by `spec.podName`, by `spec.sourcePod` and by pool;
+//! - pools, with the revision of their current template.
+//!
+//! No decision lists every object of a kind.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::hash::Hash;
+use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use cnpool_api::{CNClaim, CNPool, labels};
+use futures::StreamExt;
+use futures::future::Shared;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::Api;
+use kube::runtime::reflector::store::Writer;
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Resource, ResourceExt};
+
+/// Namespace and name of an object.
+pub type Key = (String, String);
+
+pub fn key_of<K: Resource>(object: &K) -> Key {
+    (object.namespace().unwrap_or_default(), object.name_any())
+}
+
+/// One kind's objects by key, with its secondary indexes.
+pub trait Index<K>: Default + Send + Sync {
+    /// Adds or replaces `object`'s entries.
+    fn insert(&mut self, object: &Arc<K>);
+    /// Drops `object`'s entries.
+    fn remove(&mut self, object: &Arc<K>);
+}
+
+/// A kind's objects and their indexes.
+pub struct Cache<K, I> {
+    inner: RwLock<(HashMap<Key, Arc<K>>, I)>,
+}
+
+impl<K, I: Default> Default for Cache<K, I> {
+    fn default() -> Self {
+        Self { inner: RwLock::new((HashMap::new(), I::default())) }
+    }
+}
+
+impl<K: Resource, I: Index<K>> Cache<K, I> {
+    fn read(&self) -> RwLockReadGuard<'_, (HashMap<Key, Arc<K>>, I)> {
+        // Index updates are plain inserts and removes: a panicked writer
+        // leaves them consistent.
+        self.inner.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn write(&self) -> RwLockWriteGuard<'_, (HashMap<Key, Arc<K>>, I)> {
+        self.inner.write().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub fn get(&self, key: &Key) -> Option<Arc<K>> {
+        self.read().0.get(key).cloned()
+    }
+
+    /// Reads the indexes.
+    pub fn with<T>(&self, read: impl FnOnce(&HashMap<Key, Arc<K>>, &I) -> T) -> T {
+        let guard = self.read();
+        read(&guard.0, &guard.1)
+    }
+
+    /// Stores `object`; returns what it replaced.
+    fn upsert(&self, object: Arc<K>) -> Option<Arc<K>> {
+        let mut guard = self.write();
+        let (objects, index) = &mut *guard;
+        let old = objects.insert(key_of(object.as_ref()), object.clone());
+        if let Some(old) = &old {
+            index.remove(old);
+        }
+        index.insert(&object);
+        old
+    }
+
+    fn delete(&self, key: &Key) -> Option<Arc<K>> {
+        let mut guard = self.write();
+        let (objects, index) = &mut *guard;
+        let old = objects.remove(key);
+        if let Some(old) = &old {
+            index.remove(old);
+        }
+        old
+    }
+
+    fn keys(&self) -> Vec<Key> {
+        self.read().0.keys().cloned().collect()
+    }
+}
+
+fn add<A: Eq + Hash, B: Ord>(map: &mut HashMap<A, BTreeSet<B>>, at: A, value: B) {
+    map.entry(at).or_default().insert(value);
+}
+
+fn drop_from<A: Eq + Hash, B: Ord>(map: &mut HashMap<A, BTreeSet<B>>, at: &A, value: &B) {
+    if let Some(set) = map.get_mut(at) {
+        set.remove(value);
+        if set.is_empty() {
+            map.remove(at);
+        }
+    }
+}
+
+fn label<'a, K: Resource>(object: &'a K, key: &str) -> Option<&'a str> {
+    object.meta().labels.as_ref()?.get(key).map(String::as_str).filter(|value| !value.is_empty())
+}
+
+/// Pods of pools.
+#[derive(Default)]
+pub struct PodIndex {
+    /// (namespace, pool, phase label) → pod names.
+    by_pool_phase: HashMap<(String, String, String), BTreeSet<String>>,
+    /// (namespace, pool) → pod names.
+    by_pool: HashMap<(String, String), BTreeSet<String>>,
+    /// claim UID → pod keys.
+    by_claim_uid: HashMap<String, BTreeSet<Key>>,
+    /// CN store UUID → pod keys.
+    by_store: HashMap<String, BTreeSet<Key>>,
+}
+
+impl PodIndex {
+    fn entries(pod: &Pod) -> (Key, Option<String>, String, Option<String>, Option<String>) {
+        let key = key_of(pod);
+        let pool = label(pod, labels::POOL_NAME).map(str::to_owned);
+        let phase = label(pod, labels::PHASE).unwrap_or_default().to_owned();
+        let claim = label(pod, labels::CLAIM_UID).map(str::to_owned);
+        let store = label(pod, labels::CN_UUID).map(str::to_owned);
+        (key, pool, phase, claim, store)
+    }
+}
+
+impl Index<Pod> for PodIndex {
+    fn insert(&mut self, pod: &Arc<Pod>) {
+        let (key, pool, phase, claim, store) = Self::entries(pod);
+        if let Some(pool) = pool {
+            add(&mut self.by_pool_phase, (key.0.clone(), pool.clone(), phase), key.1.clone());
+            add(&mut self.by_pool, (key.0.clone(), pool), key.1.clone());
+        }
+        if let Some(claim) = claim {
+            add(&mut self.by_claim_uid, claim, key.clone());
+        }
+        if let Some(store) = store {
+            add(&mut self.by_store, store, key);
+        }
+    }
+
+    fn remove(&mut self, pod: &Arc<Pod>) {
+        let (key, pool, phase, claim, store) = Self::entries(pod);
+        if let Some(pool) = pool {
+            drop_from(&mut self.by_pool_phase, &(key.0.clone(), pool.clone(), phase), &key.1);
+            drop_from(&mut self.by_pool, &(key.0.clone(), pool), &key.1);
+        }
+        if let Some(claim) = claim {
+            drop_from(&mut self.by_claim_uid, &claim, &key);
+        }
+        if let Some(store) = store {
+            drop_from(&mut self.by_store, &store, &key);
+        }
+    }
+}
+
+/// Claims.
+#[derive(Default)]
+pub struct ClaimIndex {
+    by_uid: HashMap<String, Key>,
+    /// (namespace, spec.podName) → claim names.
+    by_pod_name: HashMap<Key, BTreeSet<String>>,
+    /// (namespace, spec.sourcePod.podName) → claim names.
+    by_source: HashMap<Key, BTreeSet<String>>,
+    /// (namespace, spec.poolName, empty for none) → claim names.
+    by_pool: HashMap<Key, BTreeSet<String>>,
+}
+
+impl Index<CNClaim> for ClaimIndex {
+    fn insert(&mut self, claim: &Arc<CNClaim>) {
+        let (namespace, name) = key_of(claim.as_ref());
+        if let Some(uid) = claim.uid() {
+            self.by_uid.insert(uid, (namespace.clone(), name.clone()));
+        }
+        if !claim.spec.pod_name.is_empty() {
+            add(&mut self.by_pod_name, (namespace.clone(), claim.spec.pod_name.clone()), name.clone());
+        }
+        if let Some(source) = claim.spec.source_pod.as_ref().filter(|source| !source.pod_name.is_empty()) {
+            add(&mut self.by_source, (namespace.clone(), source.pod_name.clone()), name.clone());
+        }
+        add(&mut self.by_pool, (namespace, claim.spec.pool_name.clone()), name);
+    }
+
+    fn remove(&mut self, claim: &Arc<CNClaim>) {
+        let (namespace, name) = key_of(claim.as_ref());
+        if let Some(uid) = claim.uid() {
+            self.by_uid.remove(&uid);
+        }
+        drop_from(&mut self.by_pod_name, &(namespace.clone(), claim.spec.pod_name.clone()), &name);
+        if let Some(source) = claim.spec.source_pod.as_ref() {
+            drop_from(&mut self.by_source, &(namespace.clone(), source.pod_name.clone()), &name);
+        }
+        drop_from(&mut self.by_pool, &(namespace, claim.spec.pool_name.clone()), &name);
+    }
+}
+
+/// Pools, with the revision hash of their current template.
+#[derive(Default)]
+pub struct PoolIndex {
+    revisions: HashMap<Key, String>,
+}
+
+impl Index<CNPool> for PoolIndex {
+    fn insert(&mut self, pool: &Arc<CNPool>) {
+        self.revisions.insert(key_of(pool.as_ref()), crate::pool::template_revision(&pool.spec.template));
+    }
+
+    fn remove(&mut self, pool: &Arc<CNPool>) {
+        self.revisions.remove(&key_of(pool.as_ref()));
+    }
+}
+
+pub type Pods = Cache<Pod, PodIndex>;
+pub type Claims = Cache<CNClaim, ClaimIndex>;
+pub type Pools = Cache<CNPool, PoolIndex>;
+
+impl Pods {
+    /// Pods of `pool` in `phase` (as their label reads).
+    pub fn in_pool_phase(&self, namespace: &str, pool: &str, phase: &str) -> Vec<Arc<Pod>> {
+        self.with(|objects, index| {
+            let names = index.by_pool_phase.get(&(namespace.to_owned(), pool.to_owned(), phase.to_owned()));
+            resolve(objects, namespace, names.into_iter().flatten())
+        })
+    }
+
+    /// All pods of `pool`.
+    pub fn in_pool(&self, namespace: &str, pool: &str) -> Vec<Arc<Pod>> {
+        self.with(|objects, index| {
+            let names = index.by_pool.get(&(namespace.to_owned(), pool.to_owned()));
+            resolve(objects, namespace, names.into_iter().flatten())
+        })
+    }
+
+    /// Pods whose `claim-uid` is `uid`.
+    pub fn owned_by(&self, uid: &str) -> Vec<Arc<Pod>> {
+        self.with(|objects, index| {
+            index.by_claim_uid.get(uid).into_iter().flatten().filter_map(|key| objects.get(key).cloned()).collect()
+        })
+    }
+
+    /// Pods whose CN store is `uuid`.
+    pub fn with_store(&self, uuid: &str) -> Vec<Key> {
+        self.with(|_, index| index.by_store.get(uuid).into_iter().flatten().cloned().collect())
+    }
+}
+
+fn resolve<'a, K>(
+    objects: &HashMap<Key, Arc<K>>,
+    namespace: &str,
+    names: impl Iterator<Item = &'a String>,
+) -> Vec<Arc<K>> {
+    names.filter_map(|name| objects.get(&(namespace.to_owned(), name.clone())).cloned()).collect()
+}
+
+impl Claims {
+    pub fn by_uid(&self, uid: &str) -> Option<Arc<CNClaim>> {
+        self.with(|objects, index| index.by_uid.get(uid).and_then(|key| objects.get(key).cloned()))
+    }
+
+    /// Names of the claims whose `spec.podName` or `spec.sourcePod` is `pod`.
+    pub fn pointing_at(&self, namespace: &str, pod: &str) -> BTreeSet<String> {
+        self.with(|_, index| {
+            let key = (namespace.to_owned(), pod.to_owned());
+            let named = index.by_pod_name.get(&key).into_iter().flatten();
+            named.chain(index.by_source.get(&key).into_iter().flatten()).cloned().collect()
+        })
+    }
+
+    /// Claims nominated to `pool` (`spec.poolName`), or to no pool when
+    /// `pool` is empty.
+    pub fn in_pool(&self, namespace: &str, pool: &str) -> Vec<Arc<CNClaim>> {
+        self.with(|objects, index| {
+            let names = index.by_pool.get(&(namespace.to_owned(), pool.to_owned()));
+            resolve(objects, namespace, names.into_iter().flatten())
+        })
+    }
+}
+
+impl Pools {
+    /// Every pool with its current revision.
+    pub fn all(&self) -> Vec<(Arc<CNPool>, String)> {
+        self.with(|objects, index| {
+            objects
+                .iter()
+                .map(|(key, pool)| (pool.clone(), index.revisions.get(key).cloned().unwrap_or_default()))
+                .collect()
+        })
+    }
+
+    pub fn revision(&self, key: &Key) -> Option<String> {
+        self.with(|_, index| index.revisions.get(key).cloned())
+    }
+}
+
+/// A change the informer saw: the object before (none for a creation) and
+/// after (none for a deletion).
+pub type Change<'a, K> = (Option<&'a Arc<K>>, Option<&'a Arc<K>>);
+
+/// Runs one kind's watch until `shutdown`: applies every event to the
+/// controller runtime's store `writer` and to `cache`, then tells
+/// `on_change`. Events of a relist are reported once the relist is complete,
+/// when the runtime's store has them too.
+pub async fn inform<K, I>(
+    api: Api<K>,
+    config: watcher::Config,
+    mut writer: Writer<K>,
+    cache: Arc<Cache<K, I>>,
+    on_change: impl Fn(Change<'_, K>) + Send,
+    shutdown: Shared<futures::future::BoxFuture<'static, ()>>,
+) where
+    K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + Hash + Clone,
+    I: Index<K>,
+{
+    let mut events = watcher(api, config).default_backoff().boxed();
+    let mut relisted: Option<(HashSet<Key>, Vec<Arc<K>>)> = None;
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        let event = tokio::select! {
+            () = &mut shutdown => return,
+            event = events.next() => event,
+        };
+        let event = match event {
+            Some(Ok(event)) => event,
+            Some(Err(error)) => {
+                tracing::warn!(%error, "watch failed; retrying with backoff");
+                continue;
+            }
+            None => return,
+        };
+        writer.apply_watcher_event(&event);
+        match event {
+            watcher::Event::Init => relisted = Some((HashSet::new(), Vec::new())),
+            watcher::Event::InitApply(object) => {
+                if let Some((seen, listed)) = relisted.as_mut() {
+                    seen.insert(key_of(&object));
+                    listed.push(Arc::new(object));
+                }
+            }
+            watcher::Event::InitDone => {
+                let Some((seen, listed)) = relisted.take() else { continue };
+                for key in cache.keys().into_iter().filter(|key| !seen.contains(key)) {
+                    if let Some(old) = cache.delete(&key) {
+                        on_change((Some(&old), None));
+                    }
+                }
+                for object in listed {
+                    let old = cache.upsert(object.clone());
+                    on_change((old.as_ref(), Some(&object)));
+                }
+            }
+            watcher::Event::Apply(object) => {
+                let object = Arc::new(object);
+                let old = cache.upsert(object.clone());
+                on_change((old.as_ref(), Some(&object)));
+            }
+            watcher::Event::Delete(object) => {
+                let object = Arc::new(object);
+                let old = cache.delete(&key_of(object.as_ref())).unwrap_or(object);
+                on_change((Some(&old), None));
+            }
+        }
+    }
+}

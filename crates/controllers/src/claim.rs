@@ -1,0 +1,638 @@
+//! The CNClaim controller: binding, loss, release and finalization.
+//!
+//! # The protocol
+//!
+//! A pod belongs to a claim exactly when the pod's
+//! `pool.matrixorigin.io/claim-uid` label holds the claim's UID. That label
+//! is the lock, and the pod is the single source of truth: the claim's
+//! `spec.podName` and `status.store` are the claim's pointer to its pod,
+//! trusted only while the pod agrees. Every write that gives a pod an owner
+//! or takes it away goes through [`crate::ownership::transition`], a JSON
+//! patch whose `test` operations pin the pod's `phase`, `claim-uid` and
+//! `claimed-by` labels as the decision read them. An acquire therefore
+//! succeeds only on a pod that is still Idle and unowned at the exact moment
+//! of the write, whatever the cache lag, the number of workers or the number
+//! of operator replicas: two claims can never own one pod. A failed guard
+//! means the decision was made on stale data; the controller decides again
+//! on fresher data (the next candidate, or a re-read), and never repeats the
+//! same write blindly.
+//!
+//! Writes to the claim itself (its finalizer, the pod it records, phase Lost,
+//! its conditions) replace the object at the resourceVersion the decision
+//! read, so a claim changed in between is read again as well.
+//!
+//! Each reconcile reads the claim, the pods carrying its UID (an index of
+//! the pod cache), the pod its status or `spec.podName` points at, the CN
+//! store of the pod it holds and, when it holds none, the Idle pods of the
+//! pools it may use, and asks [`cnpool_core::claim::next_claim_step`] for
+//! the one step to take. After each write it continues with what the write
+//! returned, so that a new claim goes from nothing to Bound in one reconcile
+//! when the store is ready:
+//!
+//! 1. the claim finalizer is added before anything is acquired;
+//! 2. pods already carrying the claim's UID are adopted (a crash between
+//!    acquire and record leaves such a pod): the one `spec.podName` names,
+//!    else the lowest name, is kept and the others are released;
+//! 3. a pod the Go operator bound to the claim by name (`claimed-by`, no
+//!    `claim-uid`) and that `spec.podName` names is adopted by writing the
+//!    claim's UID onto it. When two claims point at one such pod, the claim
+//!    the pod's `claimed-by` names keeps it and the other goes Lost with
+//!    reason Misbound;
+//! 4. a `spec.podName` set at creation is a request: exactly that pod is
+//!    acquired, or a condition says why it cannot be (not a loss);
+//! 5. otherwise candidates are tried best first (previous owner, oldest,
+//!    name); on a failed guard the next one is tried, a few per reconcile,
+//!    then the claim requeues with backoff;
+//! 6. the pod is recorded (`spec.podName` if empty, `nodeName`, `poolName`,
+//!    and the pod's UID, name and store in status);
+//! 7. the claim shows Bound only once its pod's store is observed Working
+//!    with the claim's CN labels (the CN-store controller writes it from the
+//!    pod).
+//!
+//! A bound claim whose recorded pod is deleted, replaced, failed, owned by
+//! another claim, released or whose store has been missing from HAKeeper
+//! for longer than the bound is not marked Lost from the cache alone: the
+//! claim, its pods and the pointed pod are read again bypassing the cache,
+//! and only a confirmed loss sets phase Lost, with a `Bound=False`
+//! condition naming the reason and a Warning Event. Any pod still carrying
+//! the claim's UID is released (a failed one is retired).
+//!
+//! **Self-healing.** A standalone claim that is Lost clears its
+//! `spec.podName` (and `nodeName`) and binds again from its pool like a new
+//! claim, under the same name and UID; its status keeps the lost pod until
+//! the new one is recorded, and its phase goes from Lost to Bound. A claim of
+//! a claim set stays Lost: the set replaces it.
+//!
+//! Deleting a claim lists the pods carrying its UID with a live read,
+//! releases each (guarded by its UID) and only then drops the finalizer.
+//! Pods of other claims are never touched. A pod whose owner UID names no
+//! claim at all (a claim removed without its finalizer) is released by the
+//! orphan sweep of the CN-store controller after a live read of the claim.
+//!
+//! Invariants this controller keeps: a pod gets an owner only by acquire or
+//! the one-time legacy adoption, each guarded by "no owner" (or "owned by
+//! name by this claim") on the exact version written over; a claim is Lost
+//! only on a live read; a claim is Bound only when its pod carries its UID
+//! and its store serves its labels; and no write is made when what is
+//! desired equals what is observed.
+
+use std::sync::Arc;
+
+use cnpool_api::{CNClaim, CNClaimStatus, CNLabel, CNStoreStatus, ClaimPhase, labels};
+use cnpool_core::claim::{AfterRelease, ClaimInput, ClaimStep, LossReason, Release, next_claim_step};
+use cnpool_core::convert::claim_view;
+use cnpool_core::model::{ClaimView, PodView, Read};
+use cnpool_registry::StoreRegistry;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::api::{Api, ListParams, PostParams};
+use kube::runtime::controller::Action;
+use kube::{Resource, ResourceExt};
+
+use crate::cache::{Key, key_of};
+use crate::context::{Context, Kind};
+use crate::error::{Error, is_not_found, is_stale};
+use crate::ownership::{self, Outcome, Transition};
+use crate::pool::read_pod;
+
+/// The condition type a claim reports its binding in.
+pub const BOUND_CONDITION: &str = "Bound";
+/// Steps one reconcile takes at most before requeueing.
+const MAX_STEPS: usize = 12;
+
+/// What one reconcile has read, updated with what its writes returned.
+struct Snapshot {
+    claim: CNClaim,
+    owned: Vec<Arc<Pod>>,
+    pointed: Option<Arc<Pod>>,
+    read: Read,
+}
+
+enum Next {
+    Again,
+    Done(Action),
+}
+
+pub async fn reconcile<R: StoreRegistry + 'static>(claim: Arc<CNClaim>, ctx: Arc<Context<R>>) -> Result<Action, Error> {
+    let key = key_of(claim.as_ref());
+    let uid = claim.uid().unwrap_or_default();
+    let mut snap =
+        Snapshot { owned: ctx.pods.owned_by(&uid), claim: (*claim).clone(), pointed: None, read: Read::Cached };
+    for _ in 0..MAX_STEPS {
+        if let Next::Done(action) = step(&ctx, &mut snap, &key).await? {
+            return Ok(action);
+        }
+    }
+    Ok(Action::requeue(ctx.config.requeue_min))
+}
+
+pub fn error_policy<R>(claim: Arc<CNClaim>, error: &Error, ctx: Arc<Context<R>>) -> Action {
+    let delay = ctx.backoff(Kind::Claim, &key_of(claim.as_ref()));
+    tracing::warn!(claim = %claim.name_any(), error = %error, kind = error.metric_label(), ?delay, "claim reconcile failed");
+    Action::requeue(delay)
+}
+
+impl Snapshot {
+    fn namespace(&self) -> String {
+        self.claim.namespace().unwrap_or_default()
+    }
+
+    /// Finds the pod the claim points at now: among what this reconcile
+    /// already holds, else in the cache or, for a live read, from the server.
+    async fn refresh_pointed<R>(&mut self, ctx: &Context<R>, view: &ClaimView) -> Result<(), Error> {
+        let Some(name) = view.pointed_pod() else {
+            self.pointed = None;
+            return Ok(());
+        };
+        if self.pointed.as_ref().is_some_and(|pod| pod.name_any() == name) {
+            return Ok(());
+        }
+        if let Some(pod) = self.owned.iter().find(|pod| pod.name_any() == name) {
+            self.pointed = Some(pod.clone());
+            return Ok(());
+        }
+        let namespace = self.namespace();
+        self.pointed = match self.read {
+            Read::Cached => ctx.pods.get(&(namespace, name.to_owned())),
+            Read::Live => {
+                let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);
+                pods.get_opt(name).await.map_err(|error| Error::kube("read pod", name, error))?.map(Arc::new)
+            }
+        };
+        Ok(())
+    }
+
+    /// Reads the claim and its pods again, bypassing the cache. `false` when
+    /// the claim is gone.
+    async fn read_live<R>(&mut self, ctx: &Context<R>) -> Result<bool, Error> {
+        let namespace = self.namespace();
+        let name = self.claim.name_any();
+        let claims: Api<CNClaim> = Api::namespaced(ctx.client.clone(), &namespace);
+        let Some(claim) = claims.get_opt(&name).await.map_err(|error| Error::kube("read claim", &name, error))? else {
+            return Ok(false);
+        };
+        let uid = claim.uid().unwrap_or_default();
+        let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);
+        let selector = format!("{}={uid}", labels::CLAIM_UID);
+        let owned = pods
+            .list(&ListParams::default().labels(&selector))
+            .await
+            .map_err(|error| Error::kube("list pods of claim", &name, error))?;
+        self.claim = claim;
+        self.owned = owned.items.into_iter().map(Arc::new).collect();
+        self.pointed = None;
+        self.read = Read::Live;
+        Ok(true)
+    }
+
+    /// Takes a pod as a write returned it.
+    fn put_pod(&mut self, pod: Pod) {
+        let pod = Arc::new(pod);
+        let name = pod.name_any();
+        self.owned.retain(|held| held.name_any() != name);
+        self.owned.push(pod.clone());
+        if self.pointed.as_ref().is_some_and(|pointed| pointed.name_any() == name) {
+            self.pointed = Some(pod);
+        }
+    }
+}
+
+fn raw<'a>(pods: impl IntoIterator<Item = &'a Arc<Pod>>, view: &PodView) -> Option<Arc<Pod>> {
+    pods.into_iter().find(|pod| pod.uid().as_deref() == Some(view.uid.as_str())).cloned()
+}
+
+/// The Idle pods of the pools `claim` may take from.
+fn candidate_pods<R>(ctx: &Context<R>, claim: &ClaimView, namespace: &str) -> Vec<Arc<Pod>> {
+    let pools: Vec<String> = match &claim.pool_name {
+        Some(pool) => vec![pool.clone()],
+        None => ctx
+            .pools
+            .all()
+            .iter()
+            .filter(|(pool, _)| pool.namespace().as_deref() == Some(namespace))
+            .map(|(pool, _)| pool.name_any())
+            .collect(),
+    };
+    pools
+        .iter()
+        .flat_map(|pool| ctx.pods.in_pool_phase(namespace, pool, "Idle"))
+        .filter(|pod| !pod.uid().is_some_and(|uid| ctx.acquired_lately(&uid)))
+        .collect()
+}
+
+async fn step<R: StoreRegistry>(ctx: &Context<R>, snap: &mut Snapshot, key: &Key) -> Result<Next, Error> {
+    let view = claim_view(&snap.claim)?;
+    snap.refresh_pointed(ctx, &view).await?;
+    let namespace = snap.namespace();
+    let owned: Vec<PodView> = snap.owned.iter().map(|pod| read_pod(pod)).collect::<Result<_, _>>()?;
+    let pointed: Option<PodView> = snap.pointed.as_deref().map(read_pod).transpose()?;
+    let pools = ctx.pool_views();
+    let held_pods = view.pod_name.is_none() || view.deleting;
+    let candidate_raw = if held_pods || view.phase == Some(ClaimPhase::Lost) {
+        candidate_pods(ctx, &view, &namespace)
+    } else {
+        Vec::new()
+    };
+    let candidates: Vec<PodView> = candidate_raw.iter().map(|pod| read_pod(pod)).collect::<Result<_, _>>()?;
+    let held: Vec<&PodView> = owned
+        .iter()
+        .chain(pointed.as_ref())
+        .filter(|pod| pod.is_owned_by(&view.uid) && !view.is_source(&pod.name))
+        .collect();
+    let store_uuid = match held.as_slice() {
+        [pod] => pod.store_uuid.clone(),
+        [pod, rest @ ..] if rest.iter().all(|other| other.uid == pod.uid) => pod.store_uuid.clone(),
+        _ => None,
+    };
+    let store_view = ctx.observe_store(store_uuid.as_deref());
+    let input = ClaimInput {
+        claim: &view,
+        owned: &owned,
+        pointed: pointed.as_ref(),
+        read: snap.read,
+        store: ctx.observed(store_uuid.as_deref(), &store_view),
+        candidates: &candidates,
+        pools: &pools,
+        now: jiff::Timestamp::now(),
+        store_missing_bound: ctx.config.store_missing_bound,
+    };
+    let read_pods: Vec<Arc<Pod>> =
+        snap.owned.iter().chain(snap.pointed.as_ref()).chain(candidate_raw.iter()).cloned().collect();
+    let claim_ref = snap.claim.object_ref(&());
+    let step = next_claim_step(&input);
+    tracing::trace!(claim = %view.name, ?step, "claim step");
+    match step {
+        ClaimStep::AddFinalizer => {
+            let mut updated = snap.claim.clone();
+            updated.finalizers_mut().push(labels::CLAIM_FINALIZER.to_owned());
+            Ok(match replace(ctx, &updated).await? {
+                Some(written) => {
+                    snap.claim = written;
+                    Next::Again
+                }
+                None => Next::Done(Action::requeue(ctx.config.requeue_min)),
+            })
+        }
+        ClaimStep::ConfirmFinalize | ClaimStep::ConfirmLost(_) => {
+            if snap.read == Read::Live {
+                // Already live: a second confirmation would loop.
+                return Ok(Next::Done(Action::requeue(ctx.backoff(Kind::Claim, key))));
+            }
+            Ok(if snap.read_live(ctx).await? { Next::Again } else { Next::Done(Action::await_change()) })
+        }
+        ClaimStep::Finalize { release } => {
+            for pod in &release {
+                let Some(raw) = raw(&read_pods, pod.pod) else { continue };
+                if !release_pod(ctx, &raw, &view, *pod).await? {
+                    return Ok(Next::Done(Action::requeue(ctx.backoff(Kind::Claim, key))));
+                }
+            }
+            let mut updated = snap.claim.clone();
+            updated.finalizers_mut().retain(|finalizer| finalizer != labels::CLAIM_FINALIZER);
+            if replace(ctx, &updated).await?.is_some() {
+                tracing::info!(claim = %view.name, released = release.len(), "claim finalized");
+            }
+            Ok(Next::Done(Action::await_change()))
+        }
+        ClaimStep::Adopt { keep, release } => {
+            tracing::info!(claim = %view.name, keep = %keep.name, extra = release.len(), "claim holds several pods; keeping one");
+            for pod in &release {
+                let Some(raw) = raw(&read_pods, pod.pod) else { continue };
+                match ownership::transition(&ctx.client, &raw, release_transition(&view, *pod)).await? {
+                    Outcome::Applied(written) => snap.put_pod(*written),
+                    Outcome::Stale | Outcome::NotApplicable => {
+                        return Ok(Next::Done(Action::requeue(ctx.backoff(Kind::Claim, key))));
+                    }
+                }
+            }
+            Ok(Next::Again)
+        }
+        ClaimStep::AdoptLegacy(pod) => {
+            let Some(raw) = raw(&read_pods, pod) else {
+                return Ok(Next::Done(Action::requeue(ctx.config.requeue_min)));
+            };
+            match ownership::transition(&ctx.client, &raw, Transition::AdoptLegacy(&view)).await? {
+                Outcome::Applied(written) => {
+                    snap.put_pod(*written);
+                    let note = format!("adopted pod {} bound by the Go operator", pod.name);
+                    ctx.event(&claim_ref, false, "AdoptedLegacy", "Adopt", note).await;
+                    Ok(Next::Again)
+                }
+                Outcome::Stale | Outcome::NotApplicable => {
+                    Ok(if snap.read_live(ctx).await? { Next::Again } else { Next::Done(Action::await_change()) })
+                }
+            }
+        }
+        ClaimStep::AcquirePreBound(pod) => {
+            let Some(raw) = raw(&read_pods, pod) else {
+                return Ok(Next::Done(Action::requeue(ctx.config.requeue_min)));
+            };
+            match ownership::transition(&ctx.client, &raw, Transition::Acquire(&view)).await? {
+                Outcome::Applied(written) => {
+                    ctx.note_acquired(&pod.uid);
+                    snap.put_pod(*written);
+                    Ok(Next::Again)
+                }
+                Outcome::Stale | Outcome::NotApplicable => {
+                    Ok(Next::Done(Action::requeue(ctx.backoff(Kind::Claim, key))))
+                }
+            }
+        }
+        ClaimStep::ReportUnavailable(why) => {
+            let message = format!("requested pod {}: {}", view.pod_name.as_deref().unwrap_or_default(), why.message());
+            write_condition(ctx, snap, "False", why.as_str(), &message).await?;
+            Ok(Next::Done(Action::requeue(ctx.backoff(Kind::Claim, key))))
+        }
+        ClaimStep::Acquire { candidates } => {
+            for pod in candidates.iter().take(ctx.config.acquire_attempts) {
+                let Some(raw) = raw(&read_pods, pod) else { continue };
+                match ownership::transition(&ctx.client, &raw, Transition::Acquire(&view)).await? {
+                    Outcome::Applied(written) => {
+                        ctx.note_acquired(&pod.uid);
+                        snap.put_pod(*written);
+                        return Ok(Next::Again);
+                    }
+                    // Taken by someone else since the cache showed it: next.
+                    Outcome::Stale | Outcome::NotApplicable => ctx.note_acquired(&pod.uid),
+                }
+            }
+            // A Lost claim keeps the condition that says why it was lost
+            // while it waits for a new pod.
+            if candidates.is_empty() && view.phase != Some(ClaimPhase::Lost) {
+                write_condition(ctx, snap, "False", "NoIdlePod", "waiting for an Idle pod of the pool").await?;
+            }
+            Ok(Next::Done(Action::requeue(ctx.backoff(Kind::Claim, key))))
+        }
+        ClaimStep::Record(pod) => record(ctx, snap, &view, pod, store_view.as_ref()).await,
+        ClaimStep::RewriteBinding(pod) => {
+            let Some(raw) = raw(&read_pods, pod) else {
+                return Ok(Next::Done(Action::requeue(ctx.config.requeue_min)));
+            };
+            match ownership::transition(&ctx.client, &raw, Transition::Rewrite(&view)).await? {
+                Outcome::Applied(written) => {
+                    snap.put_pod(*written);
+                    Ok(Next::Again)
+                }
+                Outcome::Stale | Outcome::NotApplicable => {
+                    Ok(Next::Done(Action::requeue(ctx.backoff(Kind::Claim, key))))
+                }
+            }
+        }
+        ClaimStep::MarkLost { reason, release } => {
+            mark_lost(ctx, snap, &view, reason).await?;
+            for pod in &release {
+                let Some(raw) = raw(&read_pods, pod.pod) else { continue };
+                if let Outcome::Applied(written) =
+                    ownership::transition(&ctx.client, &raw, release_transition(&view, *pod)).await?
+                {
+                    snap.put_pod(*written);
+                }
+            }
+            Ok(Next::Again)
+        }
+        ClaimStep::Rebind => {
+            let mut updated = snap.claim.clone();
+            updated.spec.pod_name.clear();
+            updated.spec.node_name.clear();
+            Ok(match replace(ctx, &updated).await? {
+                Some(written) => {
+                    tracing::info!(claim = %view.name, "lost claim clears its pod to bind again");
+                    snap.claim = written;
+                    Next::Again
+                }
+                None => Next::Done(Action::requeue(ctx.config.requeue_min)),
+            })
+        }
+        ClaimStep::WaitForStore => Ok(Next::Done(Action::requeue(ctx.backoff(Kind::Claim, key)))),
+        ClaimStep::MarkBound => {
+            mark_bound(ctx, snap, &view, store_view.as_ref()).await?;
+            ctx.settled(Kind::Claim, key);
+            Ok(Next::Done(Action::requeue(ctx.config.resync)))
+        }
+        ClaimStep::InSync => {
+            ctx.settled(Kind::Claim, key);
+            Ok(Next::Done(if view.deleting { Action::await_change() } else { Action::requeue(ctx.config.resync) }))
+        }
+    }
+}
+
+fn release_transition<'a>(view: &'a ClaimView, release: Release<'_>) -> Transition<'a> {
+    Transition::Release { claim_uid: &view.uid, then: release.then }
+}
+
+/// Releases one pod; `false` when the guard failed.
+async fn release_pod<R>(ctx: &Context<R>, pod: &Pod, view: &ClaimView, release: Release<'_>) -> Result<bool, Error> {
+    Ok(match ownership::transition(&ctx.client, pod, release_transition(view, release)).await? {
+        Outcome::Applied(_) => {
+            let action = if release.then == AfterRelease::Retire { "retired" } else { "released" };
+            tracing::info!(claim = %view.name, pod = %pod.name_any(), action, "claim let go of its pod");
+            true
+        }
+        // Gone, or no longer ours: nothing of ours to release.
+        Outcome::NotApplicable => true,
+        Outcome::Stale => false,
+    })
+}
+
+/// Replaces the claim at the resourceVersion read; `None` when it changed
+/// or is gone.
+async fn replace<R>(ctx: &Context<R>, claim: &CNClaim) -> Result<Option<CNClaim>, Error> {
+    let claims: Api<CNClaim> = Api::namespaced(ctx.client.clone(), &claim.namespace().unwrap_or_default());
+    match claims.replace(&claim.name_any(), &PostParams::default(), claim).await {
+        Ok(written) => Ok(Some(written)),
+        Err(error) if is_stale(&error) || is_not_found(&error) => {
+            tracing::debug!(claim = %claim.name_any(), %error, "claim changed since it was read");
+            Ok(None)
+        }
+        Err(error) => Err(Error::kube("write", format!("CNClaim {}", claim.name_any()), error)),
+    }
+}
+
+/// Replaces the claim's status at the resourceVersion read.
+async fn replace_status<R>(ctx: &Context<R>, claim: &CNClaim) -> Result<Option<CNClaim>, Error> {
+    let claims: Api<CNClaim> = Api::namespaced(ctx.client.clone(), &claim.namespace().unwrap_or_default());
+    match claims.replace_status(&claim.name_any(), &PostParams::default(), claim).await {
+        Ok(written) => Ok(Some(written)),
+        Err(error) if is_stale(&error) || is_not_found(&error) => {
+            tracing::debug!(claim = %claim.name_any(), %error, "claim changed since it was read");
+            Ok(None)
+        }
+        Err(error) => Err(Error::kube("write status of", format!("CNClaim {}", claim.name_any()), error)),
+    }
+}
+
+/// Sets the Bound condition; `true` when that changed anything.
+fn set_condition(
+    status: &mut CNClaimStatus,
+    value: &str,
+    reason: &str,
+    message: &str,
+    generation: Option<i64>,
+) -> bool {
+    let existing = status.conditions.iter_mut().find(|condition| condition.type_ == BOUND_CONDITION);
+    match existing {
+        Some(condition) if condition.status == value && condition.reason == reason && condition.message == message => {
+            false
+        }
+        Some(condition) => {
+            if condition.status != value {
+                condition.last_transition_time = Time(jiff::Timestamp::now());
+            }
+            condition.status = value.to_owned();
+            condition.reason = reason.to_owned();
+            condition.message = message.to_owned();
+            condition.observed_generation = generation;
+            true
+        }
+        None => {
+            status.conditions.push(Condition {
+                type_: BOUND_CONDITION.to_owned(),
+                status: value.to_owned(),
+                reason: reason.to_owned(),
+                message: message.to_owned(),
+                observed_generation: generation,
+                last_transition_time: Time(jiff::Timestamp::now()),
+            });
+            true
+        }
+    }
+}
+
+/// Sets the Bound condition (and phase Pending on a new claim) when it
+/// differs; publishes a Warning Event when the reason is new.
+async fn write_condition<R>(
+    ctx: &Context<R>,
+    snap: &mut Snapshot,
+    value: &str,
+    reason: &str,
+    message: &str,
+) -> Result<(), Error> {
+    let mut updated = snap.claim.clone();
+    let status = updated.status.get_or_insert_with(CNClaimStatus::default);
+    let mut changed = set_condition(status, value, reason, message, snap.claim.metadata.generation);
+    if status.phase.is_none() {
+        status.phase = Some(ClaimPhase::Pending);
+        changed = true;
+    }
+    if !changed {
+        return Ok(());
+    }
+    if let Some(written) = replace_status(ctx, &updated).await? {
+        snap.claim = written;
+        if reason != "NoIdlePod" {
+            ctx.event(&snap.claim.object_ref(&()), true, reason, "Bind", message.to_owned()).await;
+        }
+    }
+    Ok(())
+}
+
+fn store_status(
+    pod: &PodView,
+    store: Option<&cnpool_core::model::StoreView>,
+    registry: Option<&cnpool_registry::CnStore>,
+) -> CNStoreStatus {
+    let mut status = CNStoreStatus {
+        service_id: pod.store_uuid.clone(),
+        pod_uid: Some(pod.uid.clone()),
+        ..CNStoreStatus::default()
+    };
+    status.set_pod_name(&pod.name);
+    if let Some(store) = registry {
+        status.lock_service_address = Some(store.lock_service_address.clone());
+        status.pipeline_service_address = Some(store.service_address.clone());
+        status.sql_address = Some(store.sql_address.clone());
+        status.query_address = Some(store.query_address.clone());
+    }
+    if let Some(store) = store {
+        status.work_state = Some(store.work_state.code());
+        status.labels =
+            store.labels.iter().map(|(key, values)| CNLabel { key: key.clone(), values: values.clone() }).collect();
+    }
+    status
+}
+
+async fn record<R>(
+    ctx: &Context<R>,
+    snap: &mut Snapshot,
+    view: &ClaimView,
+    pod: &PodView,
+    store: Option<&cnpool_core::model::StoreView>,
+) -> Result<Next, Error> {
+    let mut updated = snap.claim.clone();
+    if updated.spec.pod_name.is_empty() {
+        updated.spec.pod_name = pod.name.clone();
+    }
+    updated.spec.node_name = pod.node.clone().unwrap_or_default();
+    if updated.spec.pool_name.is_empty() {
+        updated.spec.pool_name = pod.pool.clone().unwrap_or_default();
+    }
+    if updated.spec != snap.claim.spec {
+        match replace(ctx, &updated).await? {
+            Some(written) => snap.claim = written,
+            None => return Ok(Next::Done(Action::requeue(ctx.config.requeue_min))),
+        }
+    }
+    let mut updated = snap.claim.clone();
+    let registry = pod.store_uuid.as_deref().and_then(|uuid| ctx.store(uuid).1);
+    let status = updated.status.get_or_insert_with(CNClaimStatus::default);
+    status.store = Some(store_status(pod, store, registry.as_ref()));
+    status.phase.get_or_insert(ClaimPhase::Pending);
+    match replace_status(ctx, &updated).await? {
+        Some(written) => {
+            tracing::info!(claim = %view.name, pod = %pod.name, "claim recorded its pod");
+            snap.claim = written;
+            Ok(Next::Again)
+        }
+        None => Ok(Next::Done(Action::requeue(ctx.config.requeue_min))),
+    }
+}
+
+async fn mark_lost<R>(
+    ctx: &Context<R>,
+    snap: &mut Snapshot,
+    view: &ClaimView,
+    reason: LossReason,
+) -> Result<(), Error> {
+    let mut updated = snap.claim.clone();
+    let status = updated.status.get_or_insert_with(CNClaimStatus::default);
+    let from = status.phase;
+    status.phase = Some(ClaimPhase::Lost);
+    set_condition(status, "False", reason.as_str(), reason.message(), snap.claim.metadata.generation);
+    if let Some(written) = replace_status(ctx, &updated).await? {
+        tracing::info!(claim = %view.name, from = ?from, to = "Lost", reason = reason.as_str(), "claim lost its pod");
+        snap.claim = written;
+        ctx.event(&snap.claim.object_ref(&()), true, reason.as_str(), "Lose", reason.message().to_owned()).await;
+    }
+    Ok(())
+}
+
+async fn mark_bound<R>(
+    ctx: &Context<R>,
+    snap: &mut Snapshot,
+    view: &ClaimView,
+    store: Option<&cnpool_core::model::StoreView>,
+) -> Result<(), Error> {
+    let mut updated = snap.claim.clone();
+    let pod_name = updated.spec.pod_name.clone();
+    let status = updated.status.get_or_insert_with(CNClaimStatus::default);
+    let from = status.phase;
+    status.phase = Some(ClaimPhase::Bound);
+    let now = Time(jiff::Timestamp::now());
+    status.bound_time.get_or_insert_with(|| now.clone());
+    if let Some(recorded) = status.store.as_mut() {
+        recorded.bound_time.get_or_insert(now);
+        if let Some(store) = store {
+            recorded.work_state = Some(store.work_state.code());
+            recorded.labels =
+                store.labels.iter().map(|(key, values)| CNLabel { key: key.clone(), values: values.clone() }).collect();
+        }
+    }
+    let message = format!("bound to pod {pod_name}, whose CN store serves the claim's labels");
+    set_condition(status, "True", "Bound", &message, snap.claim.metadata.generation);
+    if let Some(written) = replace_status(ctx, &updated).await? {
+        tracing::info!(claim = %view.name, pod = %pod_name, from = ?from, to = "Bound", "claim bound");
+        snap.claim = written;
+        ctx.event(&snap.claim.object_ref(&()), false, "Bound", "Bind", message).await;
+    }
+    Ok(())
+}

@@ -1,0 +1,215 @@
+//! What every reconcile shares: the client, the registry, the caches, the
+//! store observations, backoff counters and the Event recorder.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use cnpool_core::model::{ObservedStore, PoolView, StoreView};
+use cnpool_registry::CnStore;
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+
+use crate::Config;
+use crate::cache::{Claims, Key, Pods, Pools};
+use crate::wake::Wakers;
+
+/// What HAKeeper's store list said when last read.
+#[derive(Default)]
+pub struct StoreSnapshot {
+    /// Whether the list has been read at least once.
+    pub listed: bool,
+    pub stores: HashMap<String, CnStore>,
+    /// When each store was first noticed missing.
+    pub missing_since: HashMap<String, Timestamp>,
+}
+
+/// A pool's writes not yet seen in the cache: created pod names and
+/// deleted (or retired) pod UIDs, each with when it was issued.
+#[derive(Default)]
+pub struct PoolExpectations {
+    pub creations: HashMap<String, Instant>,
+    pub deletions: HashMap<String, Instant>,
+}
+
+/// Which controller a backoff counter belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Kind {
+    Claim,
+    Pool,
+    Pod,
+}
+
+pub struct Context<R> {
+    pub client: kube::Client,
+    pub registry: R,
+    pub config: Config,
+    pub pods: Arc<Pods>,
+    pub claims: Arc<Claims>,
+    pub pools: Arc<Pools>,
+    pub wake: Wakers,
+    stores: Mutex<StoreSnapshot>,
+    backoff: Mutex<HashMap<(Kind, Key), u32>>,
+    /// Pods this process acquired lately: other claims skip them while the
+    /// cache still shows them Idle.
+    recently_acquired: Mutex<HashMap<String, Instant>>,
+    /// Pods the pool controller created or deleted but the cache has not
+    /// shown yet, per pool: name → when, pod UID → when.
+    pub(crate) expected: Mutex<HashMap<Key, PoolExpectations>>,
+    recorder: Recorder,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Every critical section is one step on plain data.
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl<R> Context<R> {
+    pub fn new(client: kube::Client, registry: R, config: Config) -> Self {
+        let reporter = Reporter { controller: "cnpool".into(), instance: Some(config.instance.clone()) };
+        Self {
+            recorder: Recorder::new(client.clone(), reporter),
+            client,
+            registry,
+            config,
+            pods: Arc::default(),
+            claims: Arc::default(),
+            pools: Arc::default(),
+            wake: Wakers::new(),
+            stores: Mutex::default(),
+            backoff: Mutex::default(),
+            recently_acquired: Mutex::default(),
+            expected: Mutex::default(),
+        }
+    }
+
+    /// The next delay for `key` in a growing series; [`Self::settled`]
+    /// resets it. Doubling from `requeue_min` up to `requeue_max`, without
+    /// jitter.
+    pub fn backoff(&self, kind: Kind, key: &Key) -> Duration {
+        let mut counters = lock(&self.backoff);
+        let attempts = counters.entry((kind, key.clone())).or_insert(0);
+        let delay = self.config.requeue_min.saturating_mul(1 << (*attempts).min(16));
+        *attempts += 1;
+        delay.min(self.config.requeue_max)
+    }
+
+    /// Forgets `key`'s backoff: it made progress.
+    pub fn settled(&self, kind: Kind, key: &Key) {
+        lock(&self.backoff).remove(&(kind, key.clone()));
+    }
+
+    pub fn note_acquired(&self, pod_uid: &str) {
+        let mut recent = lock(&self.recently_acquired);
+        let horizon = self.config.requeue_max;
+        recent.retain(|_, at| at.elapsed() < horizon);
+        recent.insert(pod_uid.to_owned(), Instant::now());
+    }
+
+    pub fn acquired_lately(&self, pod_uid: &str) -> bool {
+        lock(&self.recently_acquired).get(pod_uid).is_some_and(|at| at.elapsed() < Duration::from_secs(5))
+    }
+
+    /// What is known of the store `uuid`, for a claim decision.
+    pub fn observe_store(&self, uuid: Option<&str>) -> Option<StoreView> {
+        let snapshot = lock(&self.stores);
+        uuid.and_then(|uuid| snapshot.stores.get(uuid)).map(StoreView::from)
+    }
+
+    /// The store `uuid` as a claim decision sees it; `view` holds the
+    /// registered store's view, which the answer borrows.
+    pub fn observed<'a>(&self, uuid: Option<&str>, view: &'a Option<StoreView>) -> ObservedStore<'a> {
+        let Some(uuid) = uuid else { return ObservedStore::Unobserved };
+        if let Some(view) = view {
+            return ObservedStore::Registered(view);
+        }
+        let mut snapshot = lock(&self.stores);
+        if !snapshot.listed {
+            return ObservedStore::Unobserved;
+        }
+        let since = *snapshot.missing_since.entry(uuid.to_owned()).or_insert_with(Timestamp::now);
+        ObservedStore::Missing { since }
+    }
+
+    pub fn store(&self, uuid: &str) -> (bool, Option<CnStore>) {
+        let snapshot = lock(&self.stores);
+        (snapshot.listed, snapshot.stores.get(uuid).cloned())
+    }
+
+    /// Replaces the snapshot with a fresh list; returns the UUIDs whose
+    /// entry changed.
+    pub fn replace_stores(&self, listed: Vec<CnStore>) -> Vec<String> {
+        let mut snapshot = lock(&self.stores);
+        let fresh: HashMap<String, CnStore> = listed.into_iter().map(|store| (store.uuid.clone(), store)).collect();
+        let mut changed: Vec<String> =
+            snapshot.stores.keys().filter(|uuid| !fresh.contains_key(*uuid)).cloned().collect();
+        changed.extend(
+            fresh
+                .iter()
+                .filter(|(uuid, store)| snapshot.stores.get(*uuid) != Some(*store))
+                .map(|(uuid, _)| uuid.clone()),
+        );
+        snapshot.missing_since.retain(|uuid, _| !fresh.contains_key(uuid));
+        snapshot.stores = fresh;
+        snapshot.listed = true;
+        changed
+    }
+
+    /// Records a store as this controller just wrote it.
+    pub fn wrote_store(&self, store: CnStore) {
+        let mut snapshot = lock(&self.stores);
+        snapshot.missing_since.remove(&store.uuid);
+        snapshot.stores.insert(store.uuid.clone(), store);
+    }
+
+    pub fn forget_store(&self, uuid: &str) {
+        lock(&self.stores).stores.remove(uuid);
+    }
+
+    /// The pool views, with this operator's drain defaults for pools that
+    /// set none.
+    pub fn pool_views(&self) -> Vec<PoolView> {
+        self.pools
+            .all()
+            .into_iter()
+            .filter_map(|(pool, revision)| match self.pool_view(&pool, &revision) {
+                Ok(view) => Some(view),
+                Err(error) => {
+                    tracing::warn!(pool = %kube::ResourceExt::name_any(pool.as_ref()), %error, "pool spec unreadable");
+                    None
+                }
+            })
+            .collect()
+    }
+
+    pub fn pool_view(
+        &self,
+        pool: &cnpool_api::CNPool,
+        revision: &str,
+    ) -> Result<PoolView, cnpool_core::convert::ConvertError> {
+        let mut view = cnpool_core::convert::pool_view(pool, revision)?;
+        let drain = pool.spec.strategy.drain_strategy.as_ref();
+        if drain.and_then(|drain| drain.timeout.as_ref()).is_none() {
+            view.drain_timeout = self.config.drain_timeout;
+        }
+        if drain.and_then(|drain| drain.min_delay.as_ref()).is_none() {
+            view.min_delay = self.config.drain_min_delay;
+        }
+        Ok(view)
+    }
+
+    /// Publishes an Event; a failure to publish is logged, never fatal.
+    pub async fn event(&self, object: &ObjectReference, warning: bool, reason: &str, action: &str, note: String) {
+        let event = Event {
+            type_: if warning { EventType::Warning } else { EventType::Normal },
+            reason: reason.to_owned(),
+            note: Some(note),
+            action: action.to_owned(),
+            secondary: None,
+        };
+        if let Err(error) = self.recorder.publish(&event, object).await {
+            tracing::debug!(%error, reason, "could not publish an Event");
+        }
+    }
+}

@@ -1,0 +1,204 @@
+//! cnpool's controllers: they read the indexed caches, ask the decision
+//! core ([`cnpool_core`]) what to do, and execute its answer as guarded
+//! writes (DESIGN §2).
+//!
+//! - [`claim`]: CNClaim binding, loss, release and finalization;
+//! - [`pool`]: CNPool pods, headless Service, scale and status;
+//! - [`store`]: each pool pod's CN store in HAKeeper, its phase changes
+//!   (register, recycle, terminate), the `cn-draining` finalizer, the
+//!   orphan sweep and the stats annotations — the only writer of the
+//!   registry;
+//! - [`ownership`]: the one function that writes a pod's phase and owner.
+//!
+//! [`run`] wires them on kube-rs's controller runtime: one watch per kind
+//! feeds the runtime's stores and this crate's indexes ([`cache`]), and a
+//! change wakes only the objects whose decision it can alter.
+
+pub mod cache;
+pub mod claim;
+mod context;
+mod error;
+pub mod ownership;
+pub mod pool;
+pub mod store;
+mod wake;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use cnpool_api::{CNClaim, CNPool, labels};
+use cnpool_registry::StoreRegistry;
+use futures::{FutureExt, StreamExt};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::Api;
+use kube::runtime::controller::{self, Action, Controller};
+use kube::runtime::reflector::store::Writer;
+use kube::runtime::watcher;
+
+pub use context::Context;
+pub use error::Error;
+
+/// How the operator runs.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Watch and act in this namespace only; `None` for the whole cluster.
+    pub namespace: Option<String>,
+    /// Reconciles run at once, per controller.
+    pub workers: u16,
+    /// First delay of a requeue with backoff (waiting for a pod, a failed
+    /// guard, an error).
+    pub requeue_min: Duration,
+    /// Longest delay of a requeue with backoff.
+    pub requeue_max: Duration,
+    /// How often a settled object is looked at again regardless of events.
+    pub resync: Duration,
+    /// How often HAKeeper's store list is read.
+    pub registry_poll: Duration,
+    /// How long a running pod's store may be missing from HAKeeper before
+    /// its claim counts the pod as lost.
+    pub store_missing_bound: Duration,
+    /// How long the `cn-draining` finalizer waits for HAKeeper to remove a
+    /// deleted pod's store before letting the pod go anyway.
+    pub store_removal_timeout: Duration,
+    /// How often a draining pod's drain counters are read.
+    pub drain_poll: Duration,
+    /// How often a bound pod's stats annotations are refreshed.
+    pub stats_interval: Duration,
+    /// Drain timeout for pools that set none.
+    pub drain_timeout: Duration,
+    /// Minimum rest of a drained CN before it is Idle again, for pools that
+    /// set none.
+    pub drain_min_delay: Duration,
+    /// Candidates tried per claim reconcile before requeueing.
+    pub acquire_attempts: usize,
+    /// This operator instance's name in Events.
+    pub instance: String,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            namespace: None,
+            workers: 4,
+            requeue_min: Duration::from_millis(200),
+            requeue_max: Duration::from_secs(30),
+            resync: Duration::from_secs(300),
+            registry_poll: Duration::from_secs(2),
+            store_missing_bound: Duration::from_secs(30),
+            store_removal_timeout: Duration::from_secs(60),
+            drain_poll: Duration::from_secs(2),
+            stats_interval: Duration::from_secs(30),
+            drain_timeout: cnpool_core::convert::DEFAULT_DRAIN_TIMEOUT,
+            drain_min_delay: cnpool_core::convert::DEFAULT_MIN_DELAY,
+            acquire_attempts: 3,
+            instance: "cnpool".into(),
+        }
+    }
+}
+
+/// Runs every controller until `shutdown` completes. Returns once they
+/// have stopped.
+pub async fn run<R>(
+    client: kube::Client,
+    registry: R,
+    config: Config,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) where
+    R: StoreRegistry + 'static,
+{
+    let shutdown = shutdown.boxed().shared();
+    let ctx = Arc::new(Context::new(client.clone(), registry, config));
+    let pod_writer: Writer<Pod> = Writer::default();
+    let claim_writer: Writer<CNClaim> = Writer::default();
+    let pool_writer: Writer<CNPool> = Writer::default();
+    let (pod_reader, claim_reader, pool_reader) =
+        (pod_writer.as_reader(), claim_writer.as_reader(), pool_writer.as_reader());
+
+    let namespace = ctx.config.namespace.clone();
+    let pods: Api<Pod> = match &namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
+    let claims: Api<CNClaim> = match &namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
+    let pools: Api<CNPool> = match &namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
+
+    let informers = {
+        let (pod_ctx, claim_ctx, pool_ctx) = (ctx.clone(), ctx.clone(), ctx.clone());
+        futures::future::join4(
+            cache::inform(
+                pods,
+                watcher::Config::default().labels(labels::POOL_NAME),
+                pod_writer,
+                ctx.pods.clone(),
+                move |change| wake::pod_changed(&pod_ctx, change),
+                shutdown.clone(),
+            ),
+            cache::inform(
+                claims,
+                watcher::Config::default(),
+                claim_writer,
+                ctx.claims.clone(),
+                move |change| wake::claim_changed(&claim_ctx, change),
+                shutdown.clone(),
+            ),
+            cache::inform(
+                pools,
+                watcher::Config::default(),
+                pool_writer,
+                ctx.pools.clone(),
+                move |change| wake::pool_changed(&pool_ctx, change),
+                shutdown.clone(),
+            ),
+            store::poll_registry(ctx.clone(), shutdown.clone()),
+        )
+    };
+
+    let controller_config = controller::Config::default().concurrency(ctx.config.workers);
+    let triggers = ctx.wake.take_receivers();
+    let claim_controller = Controller::for_stream(futures::stream::pending(), claim_reader)
+        .reconcile_on(triggers.claims)
+        .with_config(controller_config.clone())
+        .graceful_shutdown_on(shutdown.clone())
+        .run(claim::reconcile, claim::error_policy, ctx.clone())
+        .for_each(|result| async move { log_outcome("CNClaim", result) });
+    let pool_controller = Controller::for_stream(futures::stream::pending(), pool_reader)
+        .reconcile_on(triggers.pools)
+        .with_config(controller_config.clone())
+        .graceful_shutdown_on(shutdown.clone())
+        .run(pool::reconcile, pool::error_policy, ctx.clone())
+        .for_each(|result| async move { log_outcome("CNPool", result) });
+    let store_controller = Controller::for_stream(futures::stream::pending(), pod_reader)
+        .reconcile_on(triggers.pods)
+        .with_config(controller_config)
+        .graceful_shutdown_on(shutdown.clone())
+        .run(store::reconcile, store::error_policy, ctx.clone())
+        .for_each(|result| async move { log_outcome("Pod", result) });
+    futures::future::join4(informers, claim_controller, pool_controller, store_controller).await;
+}
+
+fn log_outcome<K, E: std::error::Error>(
+    kind: &'static str,
+    result: Result<(kube::runtime::reflector::ObjectRef<K>, Action), controller::Error<E, watcher::Error>>,
+) where
+    K: kube::Resource,
+    K::DynamicType: std::fmt::Debug,
+{
+    match result {
+        Ok(_) => {}
+        // An object deleted between its wake and its reconcile.
+        Err(controller::Error::ObjectNotFound(object)) => {
+            tracing::trace!(kind, %object, "object gone before reconcile")
+        }
+        Err(controller::Error::ReconcilerFailed(error, object)) => {
+            tracing::warn!(kind, %object, %error, "reconcile failed; retrying with backoff")
+        }
+        Err(error) => tracing::warn!(kind, %error, "controller runtime error"),
+    }
+}

@@ -1,0 +1,340 @@
+//! The one place that writes a pod's `phase` and owner labels.
+//!
+//! Every transition of DESIGN §2 is one JSON patch whose leading `test`
+//! operations pin exactly what the decision read: the `phase` label, the
+//! `claim-uid` label and the `claimed-by` label, each tested against its
+//! value on the pod read, or against null when the pod read lacked it (a
+//! `test` of null on an absent path succeeds on the real API server). If any
+//! of them changed since, the server refuses the whole patch (422), and the
+//! caller reads again and decides again: it never retries the same write.
+//! Unrelated writes to the pod (stats annotations, status) do not disturb
+//! the guard.
+
+use std::collections::BTreeMap;
+
+use cnpool_api::{PodPhase, labels};
+use cnpool_core::binding::Binding;
+use cnpool_core::claim::AfterRelease;
+use cnpool_core::model::ClaimView;
+use cnpool_core::store::PodTransition;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, Patch, PatchParams};
+use serde_json::{Value, json};
+
+use crate::error::{Error, is_not_found, is_stale};
+
+/// A change of who owns a pod, or of its pool phase.
+#[derive(Clone, Copy, Debug)]
+pub enum Transition<'a> {
+    /// Idle and unowned → Bound to `claim`, with its labels and binding.
+    Acquire(&'a ClaimView),
+    /// Bound by the Go operator to `claim` (by name) → also by its UID.
+    AdoptLegacy(&'a ClaimView),
+    /// Already `claim`'s → phase Bound, binding and additional labels as
+    /// the claim's spec asks now.
+    Rewrite(&'a ClaimView),
+    /// `claim-uid` = this UID → unowned, Draining (or Terminating for a
+    /// failed pod), with `last-owner` and `reclaimed-at`.
+    Release { claim_uid: &'a str, then: AfterRelease },
+    /// A phase change of an unowned pod (register, recycle, terminate).
+    Phase(PodTransition),
+    /// Idle or Unknown and unowned → Terminating (scale-in, stale pods).
+    Retire,
+}
+
+impl Transition<'_> {
+    /// A name for logs and Events.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Acquire(_) => "Acquire",
+            Self::AdoptLegacy(_) => "AdoptLegacy",
+            Self::Rewrite(_) => "RewriteBinding",
+            Self::Release { .. } => "Release",
+            Self::Phase(PodTransition::Register) => "Register",
+            Self::Phase(PodTransition::Recycle) => "Recycle",
+            Self::Phase(PodTransition::Terminate(_)) => "Terminate",
+            Self::Retire => "Retire",
+        }
+    }
+}
+
+/// What became of a transition.
+#[derive(Debug)]
+pub enum Outcome {
+    /// Written; the pod as the server returned it.
+    Applied(Box<Pod>),
+    /// The guard failed or the pod is gone: the decision was stale.
+    Stale,
+    /// The pod read does not satisfy the transition's precondition; nothing
+    /// was sent. (A caller bug or a decision made on another pod version.)
+    NotApplicable,
+}
+
+/// Sends `transition` for `pod`, guarded by the labels of `pod` as read.
+pub async fn transition(client: &kube::Client, pod: &Pod, transition: Transition<'_>) -> Result<Outcome, Error> {
+    let Some(operations) = operations(pod, transition, jiff::Timestamp::now()) else {
+        return Ok(Outcome::NotApplicable);
+    };
+    let name = pod.metadata.name.clone().unwrap_or_default();
+    let namespace = pod.metadata.namespace.clone().unwrap_or_default();
+    let patch: json_patch::Patch = serde_json::from_value(Value::Array(operations))
+        .map_err(|source| Error::Encode { what: "pod patch", source })?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &namespace);
+    match pods.patch(&name, &PatchParams::default(), &Patch::Json::<()>(patch)).await {
+        Ok(written) => {
+            let from = label(pod, labels::PHASE).unwrap_or("-");
+            let to = label(&written, labels::PHASE).unwrap_or("-");
+            tracing::info!(pod = %name, transition = transition.name(), from, to, "pod transition");
+            Ok(Outcome::Applied(Box::new(written)))
+        }
+        Err(error) if is_stale(&error) || is_not_found(&error) => {
+            tracing::debug!(pod = %name, transition = transition.name(), %error, "pod changed since it was read");
+            Ok(Outcome::Stale)
+        }
+        Err(error) => Err(Error::kube("patch pod", format!("{namespace}/{name}"), error)),
+    }
+}
+
+fn label<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
+    pod.metadata.labels.as_ref()?.get(key).map(String::as_str)
+}
+
+fn annotation<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
+    pod.metadata.annotations.as_ref()?.get(key).map(String::as_str)
+}
+
+/// A JSON pointer to a label or annotation key.
+fn pointer(map: &str, key: &str) -> String {
+    format!("/metadata/{map}/{}", key.replace('~', "~0").replace('/', "~1"))
+}
+
+/// The patch's operations, guard first; `None` when the pod read does not
+/// satisfy the transition's precondition.
+fn operations(pod: &Pod, transition: Transition<'_>, now: jiff::Timestamp) -> Option<Vec<Value>> {
+    let phase = label(pod, labels::PHASE).and_then(PodPhase::parse);
+    let claim_uid = label(pod, labels::CLAIM_UID);
+    let claimed_by = label(pod, labels::CLAIMED_BY);
+    let owned = claim_uid.is_some() || claimed_by.is_some();
+    let precondition = match transition {
+        Transition::Acquire(_) => phase == Some(PodPhase::Idle) && !owned,
+        Transition::AdoptLegacy(claim) => {
+            phase == Some(PodPhase::Bound) && claim_uid.is_none() && claimed_by == Some(claim.name.as_str())
+        }
+        Transition::Rewrite(claim) => claim_uid == Some(claim.uid.as_str()),
+        Transition::Release { claim_uid: uid, .. } => claim_uid == Some(uid),
+        Transition::Phase(step) => phase == Some(step.from()) && !owned,
+        Transition::Retire => matches!(phase, Some(PodPhase::Idle | PodPhase::Unknown)) && !owned,
+    };
+    if !precondition || pod.metadata.labels.is_none() {
+        return None;
+    }
+    let mut ops: Vec<Value> = [labels::PHASE, labels::CLAIM_UID, labels::CLAIMED_BY]
+        .into_iter()
+        .map(|key| json!({"op": "test", "path": pointer("labels", key), "value": label(pod, key)}))
+        .collect();
+    let mut edit = Edit { pod, ops: &mut ops };
+    match transition {
+        Transition::Acquire(claim) | Transition::Rewrite(claim) => {
+            edit.set_label(labels::PHASE, PodPhase::Bound.as_str());
+            edit.set_label(labels::CLAIM_UID, &claim.uid);
+            edit.set_label(labels::CLAIMED_BY, &claim.name);
+            edit.set_or_remove_label(labels::OWNER, claim.owner_name.as_deref());
+            edit.set_or_remove_label(labels::CLAIM_SET, claim.claim_set.as_deref());
+            // Keys a previous binding of this claim applied but its spec
+            // no longer asks for.
+            let recorded = recorded_keys(pod);
+            for key in recorded.iter().filter(|key| !claim.additional_pod_labels.contains_key(*key)) {
+                edit.remove_label(key);
+            }
+            for (key, value) in &claim.additional_pod_labels {
+                edit.set_label(key, value);
+            }
+            edit.set_annotation(labels::BINDING, &Binding::of_claim(claim).render());
+        }
+        Transition::AdoptLegacy(claim) => {
+            edit.set_label(labels::CLAIM_UID, &claim.uid);
+            edit.set_or_remove_label(labels::OWNER, claim.owner_name.as_deref());
+            for (key, value) in &claim.additional_pod_labels {
+                edit.set_label(key, value);
+            }
+            edit.set_annotation(labels::BINDING, &Binding::of_claim(claim).render());
+        }
+        Transition::Release { then, .. } => {
+            let to = match then {
+                AfterRelease::Drain => PodPhase::Draining,
+                AfterRelease::Retire => PodPhase::Terminating,
+            };
+            edit.set_label(labels::PHASE, to.as_str());
+            let owner = label(pod, labels::OWNER).map(str::to_owned);
+            for key in [labels::CLAIM_UID, labels::CLAIMED_BY, labels::OWNER, labels::CLAIM_SET] {
+                edit.remove_label(key);
+            }
+            for key in recorded_keys(pod) {
+                edit.remove_label(&key);
+            }
+            if let Some(owner) = owner {
+                edit.set_label(labels::LAST_OWNER, &owner);
+            }
+            edit.remove_annotation(labels::BINDING);
+            edit.set_annotation(labels::RECLAIMED_AT, &now.to_string());
+        }
+        Transition::Phase(step) => {
+            edit.set_label(labels::PHASE, step.to().as_str());
+            if step == PodTransition::Recycle {
+                edit.remove_annotation(labels::RECLAIMED_AT);
+            }
+        }
+        Transition::Retire => edit.set_label(labels::PHASE, PodPhase::Terminating.as_str()),
+    }
+    Some(ops)
+}
+
+/// The additional label keys the pod's binding says acquire applied. An
+/// unreadable binding records none: only owner labels are then removed.
+fn recorded_keys(pod: &Pod) -> Vec<String> {
+    annotation(pod, labels::BINDING)
+        .and_then(|text| Binding::parse(text).ok())
+        .map(|binding| binding.additional_label_keys.into_iter().collect())
+        .unwrap_or_default()
+}
+
+/// Builds add/replace/remove operations that are valid on the pod read.
+struct Edit<'a> {
+    pod: &'a Pod,
+    ops: &'a mut Vec<Value>,
+}
+
+impl Edit<'_> {
+    fn set_label(&mut self, key: &str, value: &str) {
+        if label(self.pod, key) != Some(value) {
+            self.ops.push(json!({"op": "add", "path": pointer("labels", key), "value": value}));
+        }
+    }
+
+    fn remove_label(&mut self, key: &str) {
+        if label(self.pod, key).is_some() && !self.removed(&pointer("labels", key)) {
+            self.ops.push(json!({"op": "remove", "path": pointer("labels", key)}));
+        }
+    }
+
+    fn set_or_remove_label(&mut self, key: &str, value: Option<&str>) {
+        match value {
+            Some(value) => self.set_label(key, value),
+            None => self.remove_label(key),
+        }
+    }
+
+    fn set_annotation(&mut self, key: &str, value: &str) {
+        if self.pod.metadata.annotations.is_none() && !self.ops.iter().any(|op| op["path"] == "/metadata/annotations") {
+            let empty: BTreeMap<String, String> = BTreeMap::new();
+            self.ops.push(json!({"op": "add", "path": "/metadata/annotations", "value": empty}));
+        }
+        if annotation(self.pod, key) != Some(value) {
+            self.ops.push(json!({"op": "add", "path": pointer("annotations", key), "value": value}));
+        }
+    }
+
+    fn remove_annotation(&mut self, key: &str) {
+        if annotation(self.pod, key).is_some() {
+            self.ops.push(json!({"op": "remove", "path": pointer("annotations", key)}));
+        }
+    }
+
+    fn removed(&self, path: &str) -> bool {
+        self.ops.iter().any(|op| op["op"] == "remove" && op["path"] == path)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    fn pod(pairs: &[(&str, &str)]) -> Pod {
+        Pod {
+            metadata: ObjectMeta {
+                name: Some("p".into()),
+                labels: Some(pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()),
+                ..ObjectMeta::default()
+            },
+            ..Pod::default()
+        }
+    }
+
+    fn claim() -> ClaimView {
+        ClaimView {
+            name: "c".into(),
+            uid: "u1".into(),
+            deleting: false,
+            has_finalizer: true,
+            owner_name: None,
+            selector: Default::default(),
+            pool_name: None,
+            pod_name: None,
+            source_pod: None,
+            phase: None,
+            recorded_pod_uid: None,
+            recorded_pod_name: None,
+            bound_time: None,
+            cn_labels: Default::default(),
+            additional_pod_labels: [("team".to_string(), "a".to_string())].into_iter().collect(),
+            claim_set: None,
+        }
+    }
+
+    #[test]
+    fn acquire_tests_absent_owner_labels_against_null() {
+        let claim = claim();
+        let ops =
+            operations(&pod(&[(labels::PHASE, "Idle")]), Transition::Acquire(&claim), jiff::Timestamp::UNIX_EPOCH)
+                .expect("an idle pod may be acquired");
+        assert_eq!(
+            ops[0],
+            json!({"op": "test", "path": "/metadata/labels/pool.matrixorigin.io~1phase", "value": "Idle"})
+        );
+        assert_eq!(
+            ops[1],
+            json!({"op": "test", "path": "/metadata/labels/pool.matrixorigin.io~1claim-uid", "value": null})
+        );
+        assert_eq!(
+            ops[2],
+            json!({"op": "test", "path": "/metadata/labels/pool.matrixorigin.io~1claimed-by", "value": null})
+        );
+        assert!(ops.contains(&json!({"op": "add", "path": "/metadata/labels/team", "value": "a"})));
+    }
+
+    #[test]
+    fn a_pod_with_an_owner_cannot_be_acquired_and_release_needs_the_uid() {
+        let claim = claim();
+        let owned = pod(&[(labels::PHASE, "Idle"), (labels::CLAIM_UID, "other")]);
+        assert!(operations(&owned, Transition::Acquire(&claim), jiff::Timestamp::UNIX_EPOCH).is_none());
+        let release = Transition::Release { claim_uid: "u1", then: AfterRelease::Drain };
+        assert!(operations(&owned, release, jiff::Timestamp::UNIX_EPOCH).is_none());
+    }
+
+    #[test]
+    fn release_removes_exactly_the_recorded_keys() {
+        let mut bound = pod(&[
+            (labels::PHASE, "Bound"),
+            (labels::CLAIM_UID, "u1"),
+            (labels::CLAIMED_BY, "c"),
+            (labels::OWNER, "tenant"),
+            ("team", "a"),
+            ("app", "mo"),
+        ]);
+        bound.metadata.annotations =
+            Some([(labels::BINDING.to_string(), r#"{"additionalLabelKeys":["team"]}"#.to_string())].into());
+        let release = Transition::Release { claim_uid: "u1", then: AfterRelease::Drain };
+        let ops = operations(&bound, release, jiff::Timestamp::UNIX_EPOCH).expect("the owner may release");
+        let removed: Vec<&str> =
+            ops.iter().filter(|op| op["op"] == "remove").filter_map(|op| op["path"].as_str()).collect();
+        assert!(removed.contains(&"/metadata/labels/team"));
+        assert!(!removed.contains(&"/metadata/labels/app"), "labels acquire did not add stay");
+        assert!(ops.contains(
+            &json!({"op": "add", "path": "/metadata/labels/matrixorigin.io~1last-owner", "value": "tenant"})
+        ));
+        assert!(ops.contains(
+            &json!({"op": "add", "path": "/metadata/labels/pool.matrixorigin.io~1phase", "value": "Draining"})
+        ));
+    }
+}

@@ -1,0 +1,375 @@
+//! The CNPool controller: the pool's headless Service, its pods (created
+//! from the template, named `<pool>-<ordinal>` so that AlreadyExists is the
+//! lock that keeps `maxPods` even with two operators), scale-in, deletion
+//! behind the pool finalizer, and a status that counts pods per phase.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cnpool_api::selector::selector_matches;
+use cnpool_api::{CNClaim, CNPool, CNPoolStatus, PodPhase, labels};
+use cnpool_core::convert::pod_view;
+use cnpool_core::model::PodView;
+use cnpool_core::pool::{Expectations, plan_pool};
+use cnpool_registry::StoreRegistry;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{PodTemplateSpec, Service, ServiceSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::runtime::controller::Action;
+use kube::{Resource, ResourceExt};
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+
+use crate::cache::{Key, key_of};
+use crate::context::{Context, Kind, PoolExpectations};
+use crate::error::{Error, is_already_exists, is_not_found, is_stale};
+use crate::ownership::{self, Outcome, Transition};
+
+/// How long a creation or deletion this process issued is expected to show
+/// in the cache; past that it is forgotten and the plan reads the cache alone.
+const EXPECTATION_TTL: Duration = Duration::from_secs(30);
+
+/// The revision label of pods made from `template`: the first 10 hex digits
+/// of the SHA-256 of the template's canonical JSON (object keys sorted, no
+/// whitespace). It depends on the user's template only, so a new cnpool
+/// release does not roll every pod.
+pub fn template_revision(template: &PodTemplateSpec) -> String {
+    let value = serde_json::to_value(template).unwrap_or(Value::Null);
+    let mut canonical = String::new();
+    write_canonical(&value, &mut canonical);
+    let digest = Sha256::digest(canonical.as_bytes());
+    digest.iter().take(5).fold(String::new(), |mut hex, byte| {
+        let _ = write!(hex, "{byte:02x}");
+        hex
+    })
+}
+
+fn write_canonical(value: &Value, out: &mut String) {
+    match value {
+        Value::Object(map) => {
+            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+            entries.sort_by(|a, b| a.0.cmp(b.0));
+            out.push('{');
+            for (index, (key, value)) in entries.into_iter().enumerate() {
+                if index > 0 {
+                    out.push(',');
+                }
+                out.push_str(&Value::String(key.clone()).to_string());
+                out.push(':');
+                write_canonical(value, out);
+            }
+            out.push('}');
+        }
+        Value::Array(items) => {
+            out.push('[');
+            for (index, item) in items.iter().enumerate() {
+                if index > 0 {
+                    out.push(',');
+                }
+                write_canonical(item, out);
+            }
+            out.push(']');
+        }
+        scalar => out.push_str(&scalar.to_string()),
+    }
+}
+
+/// The headless Service of a pool: its name is the pods' subdomain.
+pub fn service_name(pool: &str) -> String {
+    pool.to_owned()
+}
+
+/// Reads a pool pod, judging a pod whose containers terminated as failed.
+pub(crate) fn read_pod(pod: &Pod) -> Result<PodView, Error> {
+    let mut view = pod_view(pod)?;
+    let terminated =
+        pod.status.as_ref().and_then(|status| status.container_statuses.as_ref()).is_some_and(|containers| {
+            containers.iter().any(|container| container.state.as_ref().is_some_and(|state| state.terminated.is_some()))
+        });
+    view.failed |= terminated && !view.deleting;
+    Ok(view)
+}
+
+/// Whether `claim` waits for a pod of `pool`.
+fn waits_for(claim: &CNClaim, pool: &CNPool, pool_labels: &BTreeMap<String, String>, ctx_holds: bool) -> bool {
+    if claim.metadata.deletion_timestamp.is_some() || ctx_holds {
+        return false;
+    }
+    let lost_in_set = claim.phase() == Some(cnpool_api::ClaimPhase::Lost)
+        && claim.labels().get(labels::CLAIM_SET).is_some_and(|set| !set.is_empty());
+    let nominated = claim.spec.pool_name.is_empty() || claim.spec.pool_name == pool.name_any();
+    nominated && !lost_in_set && selector_matches(&claim.spec.selector, pool_labels)
+}
+
+pub async fn reconcile<R: StoreRegistry + 'static>(pool: Arc<CNPool>, ctx: Arc<Context<R>>) -> Result<Action, Error> {
+    let key = key_of(pool.as_ref());
+    let (namespace, name) = key.clone();
+    let pools: Api<CNPool> = Api::namespaced(ctx.client.clone(), &namespace);
+    let deleting = pool.metadata.deletion_timestamp.is_some();
+    let has_finalizer = pool.finalizers().iter().any(|f| f == labels::POOL_FINALIZER);
+    if !deleting && !has_finalizer {
+        let mut updated = (*pool).clone();
+        updated.finalizers_mut().push(labels::POOL_FINALIZER.to_owned());
+        return match pools.replace(&name, &PostParams::default(), &updated).await {
+            Ok(_) => Ok(Action::await_change()),
+            Err(error) if is_stale(&error) || is_not_found(&error) => Ok(Action::requeue(ctx.config.requeue_min)),
+            Err(error) => Err(Error::kube("add finalizer to", format!("CNPool {namespace}/{name}"), error)),
+        };
+    }
+    if !deleting {
+        ensure_service(&ctx, &pool).await?;
+    }
+
+    let revision = ctx.pools.revision(&key).unwrap_or_else(|| template_revision(&pool.spec.template));
+    let view = ctx.pool_view(&pool, &revision)?;
+    let raw_pods = ctx.pods.in_pool(&namespace, &name);
+    let pods: Vec<PodView> = raw_pods.iter().map(|pod| read_pod(pod)).collect::<Result<_, _>>()?;
+
+    if deleting && raw_pods.is_empty() {
+        return remove_finalizer(&ctx, &pool).await;
+    }
+
+    let pool_labels = pod_labels(&pool);
+    let mut pending = 0u32;
+    for claim in ctx.claims.in_pool(&namespace, &name).iter().chain(&ctx.claims.in_pool(&namespace, "")) {
+        let holds = claim.uid().is_some_and(|uid| !ctx.pods.owned_by(&uid).is_empty());
+        if waits_for(claim, &pool, &pool_labels, holds) {
+            pending += 1;
+        }
+    }
+
+    let expected = expectations(&ctx, &key, &pods);
+    let plan = plan_pool(&view, &pods, pending, &expected);
+    let busy = !plan.is_empty();
+    for pod_name in &plan.create {
+        create_pod(&ctx, &pool, &revision, pod_name).await?;
+    }
+    for pod in &plan.retire {
+        let Some(raw) = raw_pods.iter().find(|raw| raw.uid().as_deref() == Some(pod.uid.as_str())) else { continue };
+        if let Outcome::Applied(_) = ownership::transition(&ctx.client, raw, Transition::Retire).await? {
+            expect_deletion(&ctx, &key, &pod.uid);
+        }
+    }
+    for pod in &plan.delete {
+        delete_pod(&ctx, &key, pod).await?;
+    }
+
+    write_status(&ctx, &pool, &pods, pending, &revision).await?;
+    if busy || !expected.creations.is_empty() || !expected.deletions.is_empty() {
+        return Ok(Action::requeue(ctx.backoff(Kind::Pool, &key)));
+    }
+    ctx.settled(Kind::Pool, &key);
+    Ok(Action::requeue(ctx.config.resync))
+}
+
+pub fn error_policy<R>(pool: Arc<CNPool>, error: &Error, ctx: Arc<Context<R>>) -> Action {
+    let delay = ctx.backoff(Kind::Pool, &key_of(pool.as_ref()));
+    tracing::warn!(pool = %pool.name_any(), error = %error, kind = error.metric_label(), ?delay, "pool reconcile failed");
+    Action::requeue(delay)
+}
+
+fn pod_labels(pool: &CNPool) -> BTreeMap<String, String> {
+    let mut labels = pool.spec.template.metadata.as_ref().and_then(|meta| meta.labels.clone()).unwrap_or_default();
+    labels.extend(pool.spec.pod_labels.clone());
+    labels.insert(labels::POOL_NAME.to_owned(), pool.name_any());
+    labels
+}
+
+/// The pool's expectations, with what the cache now shows dropped.
+fn expectations<R>(ctx: &Context<R>, key: &Key, pods: &[PodView]) -> Expectations {
+    let mut all = ctx.expected.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let PoolExpectations { creations, deletions } = all.entry(key.clone()).or_default();
+    creations.retain(|name, at| at.elapsed() < EXPECTATION_TTL && !pods.iter().any(|pod| &pod.name == name));
+    deletions.retain(|uid, at| {
+        let still_shown = pods.iter().any(|pod| {
+            &pod.uid == uid && !pod.deleting && matches!(pod.phase, Some(PodPhase::Idle | PodPhase::Unknown))
+        });
+        at.elapsed() < EXPECTATION_TTL && still_shown
+    });
+    Expectations { creations: creations.keys().cloned().collect(), deletions: deletions.keys().cloned().collect() }
+}
+
+fn expect_creation<R>(ctx: &Context<R>, key: &Key, name: &str) {
+    let mut all = ctx.expected.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    all.entry(key.clone()).or_default().creations.insert(name.to_owned(), Instant::now());
+}
+
+fn expect_deletion<R>(ctx: &Context<R>, key: &Key, uid: &str) {
+    let mut all = ctx.expected.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    all.entry(key.clone()).or_default().deletions.insert(uid.to_owned(), Instant::now());
+}
+
+async fn ensure_service<R>(ctx: &Context<R>, pool: &CNPool) -> Result<(), Error> {
+    let (namespace, name) = key_of(pool);
+    let services: Api<Service> = Api::namespaced(ctx.client.clone(), &namespace);
+    let service_name = service_name(&name);
+    if services.get_opt(&service_name).await.map_err(|e| Error::kube("read", &service_name, e))?.is_some() {
+        return Ok(());
+    }
+    let service = Service {
+        metadata: ObjectMeta {
+            name: Some(service_name.clone()),
+            namespace: Some(namespace.clone()),
+            labels: Some([(labels::POOL_NAME.to_owned(), name.clone())].into()),
+            owner_references: pool.controller_owner_ref(&()).map(|owner| vec![owner]),
+            ..ObjectMeta::default()
+        },
+        spec: Some(ServiceSpec {
+            cluster_ip: Some("None".into()),
+            selector: Some([(labels::POOL_NAME.to_owned(), name.clone())].into()),
+            publish_not_ready_addresses: Some(true),
+            ..ServiceSpec::default()
+        }),
+        ..Service::default()
+    };
+    match services.create(&PostParams::default(), &service).await {
+        Ok(_) => {
+            tracing::info!(pool = %name, service = %service_name, "created headless service");
+            Ok(())
+        }
+        Err(error) if is_already_exists(&error) => Ok(()),
+        Err(error) => Err(Error::kube("create service", service_name, error)),
+    }
+}
+
+async fn create_pod<R>(ctx: &Context<R>, pool: &CNPool, revision: &str, name: &str) -> Result<(), Error> {
+    let (namespace, pool_name) = key_of(pool);
+    let template = &pool.spec.template;
+    let mut meta = template.metadata.clone().unwrap_or_default();
+    let subdomain = service_name(&pool_name);
+    let mut pod_labels = pod_labels(pool);
+    pod_labels.insert(labels::PHASE.to_owned(), PodPhase::Unknown.as_str().to_owned());
+    pod_labels.insert(labels::REVISION.to_owned(), revision.to_owned());
+    pod_labels.insert(labels::DIRECT_POD.to_owned(), "true".to_owned());
+    pod_labels.insert(labels::CN_UUID.to_owned(), cnpool_api::cn_store_uuid(name, &subdomain, &namespace));
+    let mut annotations = meta.annotations.take().unwrap_or_default();
+    annotations.insert(labels::MANAGEMENT_POLICY.to_owned(), labels::MANAGEMENT_POLICY_POOLING.to_owned());
+    let mut spec = template.spec.clone().unwrap_or_default();
+    spec.hostname = Some(name.to_owned());
+    spec.subdomain = Some(subdomain);
+    let pod = Pod {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            namespace: Some(namespace.clone()),
+            labels: Some(pod_labels),
+            annotations: Some(annotations),
+            finalizers: Some(vec![labels::CN_DRAINING_FINALIZER.to_owned()]),
+            ..ObjectMeta::default()
+        },
+        spec: Some(spec),
+        status: None,
+    };
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);
+    match pods.create(&PostParams::default(), &pod).await {
+        Ok(_) => {
+            tracing::info!(pool = %pool_name, pod = %name, revision, "created pod");
+            expect_creation(ctx, &(namespace, pool_name), name);
+            Ok(())
+        }
+        // The name is the lock: another worker or operator created it.
+        Err(error) if is_already_exists(&error) => {
+            tracing::debug!(pool = %pool_name, pod = %name, "pod exists already");
+            Ok(())
+        }
+        Err(error) => Err(Error::kube("create pod", name, error)),
+    }
+}
+
+async fn delete_pod<R>(ctx: &Context<R>, key: &Key, pod: &PodView) -> Result<(), Error> {
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &key.0);
+    let params = DeleteParams {
+        preconditions: Some(Preconditions { uid: Some(pod.uid.clone()), resource_version: None }),
+        ..DeleteParams::default()
+    };
+    match pods.delete(&pod.name, &params).await {
+        Ok(_) => {
+            tracing::info!(pool = %key.1, pod = %pod.name, "deleted terminating pod");
+            expect_deletion(ctx, key, &pod.uid);
+            Ok(())
+        }
+        Err(error) if is_stale(&error) || is_not_found(&error) => Ok(()),
+        Err(error) => Err(Error::kube("delete pod", &pod.name, error)),
+    }
+}
+
+async fn remove_finalizer<R>(ctx: &Context<R>, pool: &CNPool) -> Result<Action, Error> {
+    let (namespace, name) = key_of(pool);
+    let kept: Vec<String> = pool.finalizers().iter().filter(|f| *f != labels::POOL_FINALIZER).cloned().collect();
+    let patch: json_patch::Patch = serde_json::from_value(json!([
+        {"op": "test", "path": "/metadata/finalizers", "value": pool.finalizers()},
+        {"op": "replace", "path": "/metadata/finalizers", "value": kept},
+    ]))
+    .map_err(|source| Error::Encode { what: "pool finalizer patch", source })?;
+    let pools: Api<CNPool> = Api::namespaced(ctx.client.clone(), &namespace);
+    match pools.patch(&name, &PatchParams::default(), &Patch::Json::<()>(patch)).await {
+        Ok(_) => {
+            tracing::info!(pool = %name, "pool has no pods left; finalizer removed");
+            Ok(Action::await_change())
+        }
+        Err(error) if is_stale(&error) || is_not_found(&error) => Ok(Action::requeue(ctx.config.requeue_min)),
+        Err(error) => Err(Error::kube("remove finalizer from", format!("CNPool {namespace}/{name}"), error)),
+    }
+}
+
+async fn write_status<R>(
+    ctx: &Context<R>,
+    pool: &CNPool,
+    pods: &[PodView],
+    pending: u32,
+    revision: &str,
+) -> Result<(), Error> {
+    let count = |phase: PodPhase| pods.iter().filter(|pod| pod.phase == Some(phase)).count() as i32;
+    let current = pool.status.clone().unwrap_or_default();
+    let status = CNPoolStatus {
+        replicas: pods.len() as i32,
+        idle: count(PodPhase::Idle),
+        bound: count(PodPhase::Bound),
+        draining: count(PodPhase::Draining),
+        terminating: count(PodPhase::Terminating),
+        pending_claims: i32::try_from(pending).unwrap_or(i32::MAX),
+        current_revision: Some(revision.to_owned()),
+        conditions: current.conditions.clone(),
+        observed_generation: pool.metadata.generation,
+    };
+    if status == current {
+        return Ok(());
+    }
+    let mut updated = pool.clone();
+    updated.status = Some(status);
+    let pools: Api<CNPool> = Api::namespaced(ctx.client.clone(), pool.namespace().as_deref().unwrap_or_default());
+    match pools.replace_status(&pool.name_any(), &PostParams::default(), &updated).await {
+        Ok(_) => Ok(()),
+        Err(error) if is_stale(&error) || is_not_found(&error) => Ok(()),
+        Err(error) => Err(Error::kube("write status of", format!("CNPool {}", pool.name_any()), error)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_revision_ignores_key_order_and_changes_with_the_template() {
+        let a: PodTemplateSpec =
+            serde_json::from_value(json!({"metadata": {"labels": {"a": "1", "b": "2"}}, "spec": {"containers": [{"name": "cn", "image": "mo:1"}]}}))
+                .unwrap();
+        let b: PodTemplateSpec =
+            serde_json::from_value(json!({"spec": {"containers": [{"image": "mo:1", "name": "cn"}]}, "metadata": {"labels": {"b": "2", "a": "1"}}}))
+                .unwrap();
+        let c: PodTemplateSpec =
+            serde_json::from_value(json!({"spec": {"containers": [{"image": "mo:2", "name": "cn"}]}})).unwrap();
+        assert_eq!(template_revision(&a), template_revision(&b));
+        assert_ne!(template_revision(&a), template_revision(&c));
+        assert_eq!(template_revision(&a).len(), 10);
+    }
+
+    #[test]
+    fn canonical_json_sorts_keys_at_every_level() {
+        let mut out = String::new();
+        write_canonical(&json!({"b": {"d": 1, "c": [{"f": true, "e": null}]}, "a": "x"}), &mut out);
+        assert_eq!(out, r#"{"a":"x","b":{"c":[{"e":null,"f":true}],"d":1}}"#);
+    }
+}

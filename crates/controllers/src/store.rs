@@ -1,0 +1,321 @@
+//! The CN-store controller: one reconcile per pool pod, and the only writer
+//! of the store registry (HAKeeper).
+//!
+//! From the pod it has just read it derives the store HAKeeper should hold
+//! ([`cnpool_core::store::plan_store`]): a Bound pod's store Working with
+//! the CN labels its binding annotation records, any other pod's store
+//! Draining with no labels. It then makes the pod's phase transition
+//! (register, recycle, terminate) through [`crate::ownership`]. It also
+//! - removes a deleted pod's store before letting the pod go, through the
+//!   `matrixorigin.io/cn-draining` finalizer, and lets go anyway with a
+//!   Warning Event once HAKeeper has refused for longer than the timeout;
+//! - keeps the pod's `matrixorigin.io/cn-store` condition saying whether
+//!   its CN is registered;
+//! - writes the stats annotations (score, deletion cost, connections) only
+//!   when they change;
+//! - releases orphans: a pod whose `claim-uid` names no claim, confirmed by
+//!   a live read of the claim (new claims are often not cached yet).
+
+use std::sync::Arc;
+
+use cnpool_api::{CNClaim, PodPhase, labels};
+use cnpool_core::claim::AfterRelease;
+use cnpool_core::model::{PodView, PoolView, StoreView};
+use cnpool_core::store::{PodTransition, StoreWrite, plan_store};
+use cnpool_registry::{CnStore, StoreLabels, StoreRegistry, Workload};
+use futures::future::{BoxFuture, Shared};
+use k8s_openapi::api::core::v1::{Pod, PodCondition};
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+
+use crate::cache::key_of;
+use crate::context::{Context, Kind};
+use crate::error::{Error, is_not_found, is_stale};
+use crate::ownership::{self, Outcome, Transition};
+use crate::pool::read_pod;
+use crate::wake;
+
+/// Reads HAKeeper's store list every `registry_poll` until `shutdown`, and
+/// wakes the pods (and their claims) whose store changed.
+pub async fn poll_registry<R: StoreRegistry>(ctx: Arc<Context<R>>, shutdown: Shared<BoxFuture<'static, ()>>) {
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        match ctx.registry.list_stores().await {
+            Ok(stores) => {
+                for uuid in ctx.replace_stores(stores) {
+                    wake::store_changed(&ctx, &uuid);
+                }
+            }
+            Err(error) => tracing::warn!(%error, kind = error.metric_label(), "cannot list CN stores"),
+        }
+        tokio::select! {
+            () = &mut shutdown => return,
+            () = tokio::time::sleep(ctx.config.registry_poll) => {}
+        }
+    }
+}
+
+pub async fn reconcile<R: StoreRegistry + 'static>(pod: Arc<Pod>, ctx: Arc<Context<R>>) -> Result<Action, Error> {
+    let key = key_of(pod.as_ref());
+    let view = read_pod(&pod)?;
+    let Some(uuid) = view.store_uuid.clone() else {
+        return Ok(Action::await_change());
+    };
+    if view.deleting {
+        return finalize(&ctx, &pod, &uuid).await;
+    }
+    if !pod.finalizers().iter().any(|f| f == labels::CN_DRAINING_FINALIZER) {
+        return add_finalizer(&ctx, &pod).await;
+    }
+    if let Some(claim_uid) = view.claim_uid.as_deref()
+        && ctx.claims.by_uid(claim_uid).is_none()
+    {
+        return sweep_orphan(&ctx, &pod, &view, claim_uid).await;
+    }
+    let pool = pool_of(&ctx, &view);
+    let (listed, store) = ctx.store(&uuid);
+    if !listed {
+        return Ok(Action::requeue(ctx.config.registry_poll));
+    }
+    let drain_counted = matches!(view.phase, Some(PodPhase::Bound | PodPhase::Draining));
+    let workload = match store.as_ref().filter(|_| drain_counted) {
+        Some(store) => ctx.registry.workload(store).await.ok(),
+        None => None,
+    };
+    let store_view = store.as_ref().map(StoreView::from);
+    let plan = plan_store(&view, store_view.as_ref(), workload, jiff::Timestamp::now(), &pool)?;
+    if let Some(store) = store.as_ref() {
+        write_store(&ctx, &view, store, &plan.writes).await?;
+    }
+    set_store_condition(&ctx, &pod, store.is_some()).await?;
+    if let Some(workload) = workload {
+        write_stats(&ctx, &pod, workload).await?;
+    }
+    if let Some(step) = plan.transition {
+        match ownership::transition(&ctx.client, &pod, Transition::Phase(step)).await? {
+            Outcome::Applied(_) => {
+                if let PodTransition::Terminate(reason) = step {
+                    let note = format!("draining pod goes Terminating: {}", reason.as_str());
+                    ctx.event(&pod.object_ref(&()), false, reason.as_str(), "Terminate", note).await;
+                }
+                ctx.settled(Kind::Pod, &key);
+                return Ok(Action::requeue(ctx.config.requeue_min));
+            }
+            Outcome::Stale | Outcome::NotApplicable => return Ok(Action::requeue(ctx.backoff(Kind::Pod, &key))),
+        }
+    }
+    ctx.settled(Kind::Pod, &key);
+    Ok(Action::requeue(match view.phase {
+        Some(PodPhase::Draining) => ctx.config.drain_poll,
+        Some(PodPhase::Unknown) => ctx.config.registry_poll,
+        Some(PodPhase::Bound) => ctx.config.stats_interval,
+        _ => ctx.config.resync,
+    }))
+}
+
+pub fn error_policy<R>(pod: Arc<Pod>, error: &Error, ctx: Arc<Context<R>>) -> Action {
+    let delay = ctx.backoff(Kind::Pod, &key_of(pod.as_ref()));
+    tracing::warn!(pod = %pod.name_any(), error = %error, kind = error.metric_label(), ?delay, "pod reconcile failed");
+    Action::requeue(delay)
+}
+
+/// The pod's pool, or — for a pod whose pool is gone — a deleting pool
+/// with this operator's defaults, so that its pods wind down.
+fn pool_of<R>(ctx: &Context<R>, view: &PodView) -> PoolView {
+    let namespace_pools = ctx.pool_views();
+    namespace_pools.into_iter().find(|pool| Some(&pool.name) == view.pool.as_ref()).unwrap_or_else(|| PoolView {
+        name: view.pool.clone().unwrap_or_default(),
+        current_revision: String::new(),
+        max_idle: 0,
+        max_pods: None,
+        drain_timeout: ctx.config.drain_timeout,
+        min_delay: ctx.config.drain_min_delay,
+        deleting: true,
+    })
+}
+
+async fn write_store<R: StoreRegistry>(
+    ctx: &Context<R>,
+    view: &PodView,
+    observed: &CnStore,
+    writes: &[StoreWrite],
+) -> Result<(), Error> {
+    if writes.is_empty() {
+        return Ok(());
+    }
+    let mut store = observed.clone();
+    for write in writes {
+        match write {
+            StoreWrite::ReplaceLabels(labels) => {
+                ctx.registry.replace_labels(&store.uuid, labels).await?;
+                store.labels = labels.clone();
+            }
+            StoreWrite::SetState(state) => {
+                ctx.registry.patch_store(&store.uuid, *state, &StoreLabels::new()).await?;
+                store.work_state = *state;
+            }
+        }
+    }
+    tracing::info!(
+        pod = %view.name,
+        store = %store.uuid,
+        state = ?store.work_state,
+        labels = store.labels.len(),
+        "store written from pod"
+    );
+    ctx.wrote_store(store.clone());
+    wake::store_changed(ctx, &store.uuid);
+    Ok(())
+}
+
+/// The pod's `cn-store` condition: True while its CN is registered.
+async fn set_store_condition<R>(ctx: &Context<R>, pod: &Pod, registered: bool) -> Result<(), Error> {
+    let wanted = if registered { "True" } else { "False" };
+    let conditions = pod.status.as_ref().and_then(|status| status.conditions.clone()).unwrap_or_default();
+    let current = conditions.iter().find(|condition| condition.type_ == labels::CN_STORE_CONDITION);
+    if current.is_some_and(|condition| condition.status == wanted) || (current.is_none() && !registered) {
+        return Ok(());
+    }
+    let mut updated: Vec<PodCondition> =
+        conditions.iter().filter(|condition| condition.type_ != labels::CN_STORE_CONDITION).cloned().collect();
+    updated.push(PodCondition {
+        type_: labels::CN_STORE_CONDITION.to_owned(),
+        status: wanted.to_owned(),
+        reason: Some(if registered { "StoreRegistered" } else { "StoreMissing" }.to_owned()),
+        last_transition_time: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::now())),
+        ..PodCondition::default()
+    });
+    let old = pod.status.as_ref().and_then(|status| status.conditions.as_ref());
+    let test = json!({"op": "test", "path": "/status/conditions", "value": old});
+    let set = json!({"op": "add", "path": "/status/conditions", "value": updated});
+    let patch: json_patch::Patch = serde_json::from_value(json!([test, set]))
+        .map_err(|source| Error::Encode { what: "pod condition patch", source })?;
+    let (namespace, name) = key_of(pod);
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);
+    match pods.patch_status(&name, &PatchParams::default(), &Patch::Json::<()>(patch)).await {
+        Ok(_) => Ok(()),
+        Err(error) if is_stale(&error) || is_not_found(&error) => Ok(()),
+        Err(error) => Err(Error::kube("set cn-store condition on", name, error)),
+    }
+}
+
+/// Writes the stats annotations when they differ from the pod's.
+async fn write_stats<R>(ctx: &Context<R>, pod: &Pod, workload: Workload) -> Result<(), Error> {
+    let started = pod.status.as_ref().and_then(|status| status.start_time.as_ref()).map(|time| time.0.to_string());
+    let score = json!({
+        "sessionCount": workload.sessions,
+        "pipelineCount": workload.pipelines,
+        "replicaCount": workload.replicas,
+        "startedTime": started,
+    })
+    .to_string();
+    let wanted = [
+        (labels::SCORE, score),
+        (labels::POD_DELETION_COST, workload.sessions.to_string()),
+        (labels::CONNECTIONS, (workload.sessions + workload.pipelines).to_string()),
+    ];
+    let annotations = pod.metadata.annotations.clone().unwrap_or_default();
+    if wanted.iter().all(|(key, value)| annotations.get(*key) == Some(value)) {
+        return Ok(());
+    }
+    let map: serde_json::Map<String, serde_json::Value> =
+        wanted.into_iter().map(|(key, value)| (key.to_owned(), json!(value))).collect();
+    let (namespace, name) = key_of(pod);
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);
+    let patch = json!({"metadata": {"annotations": map}});
+    match pods.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+        Ok(_) => Ok(()),
+        Err(error) if is_not_found(&error) => Ok(()),
+        Err(error) => Err(Error::kube("write stats of", name, error)),
+    }
+}
+
+async fn add_finalizer<R>(ctx: &Context<R>, pod: &Pod) -> Result<Action, Error> {
+    let mut finalizers = pod.finalizers().to_vec();
+    finalizers.push(labels::CN_DRAINING_FINALIZER.to_owned());
+    patch_finalizers(ctx, pod, finalizers).await?;
+    Ok(Action::requeue(ctx.config.requeue_min))
+}
+
+/// Replaces the pod's finalizers, guarded by the list as read.
+async fn patch_finalizers<R>(ctx: &Context<R>, pod: &Pod, finalizers: Vec<String>) -> Result<bool, Error> {
+    let old = pod.metadata.finalizers.as_ref();
+    let patch: json_patch::Patch = serde_json::from_value(json!([
+        {"op": "test", "path": "/metadata/finalizers", "value": old},
+        {"op": "add", "path": "/metadata/finalizers", "value": finalizers},
+    ]))
+    .map_err(|source| Error::Encode { what: "pod finalizer patch", source })?;
+    let (namespace, name) = key_of(pod);
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);
+    match pods.patch(&name, &PatchParams::default(), &Patch::Json::<()>(patch)).await {
+        Ok(_) => Ok(true),
+        Err(error) if is_stale(&error) || is_not_found(&error) => Ok(false),
+        Err(error) => Err(Error::kube("update finalizers of", name, error)),
+    }
+}
+
+/// A deleted pod: its store leaves HAKeeper, then the `cn-draining`
+/// finalizer lets the pod go — or, once HAKeeper has failed for longer than
+/// `store_removal_timeout`, lets it go anyway and says so in an Event.
+async fn finalize<R: StoreRegistry>(ctx: &Context<R>, pod: &Pod, uuid: &str) -> Result<Action, Error> {
+    if !pod.finalizers().iter().any(|f| f == labels::CN_DRAINING_FINALIZER) {
+        return Ok(Action::await_change());
+    }
+    let removed = ctx.registry.delete_store(uuid).await;
+    if let Err(error) = &removed {
+        let grace = pod.metadata.deletion_grace_period_seconds.unwrap_or(0);
+        let asked =
+            pod.metadata.deletion_timestamp.as_ref().map(|time| time.0 - jiff::SignedDuration::from_secs(grace));
+        let waited = asked.map(|asked| jiff::Timestamp::now().duration_since(asked));
+        let timeout =
+            jiff::SignedDuration::try_from(ctx.config.store_removal_timeout).unwrap_or(jiff::SignedDuration::MAX);
+        if waited.is_none_or(|waited| waited < timeout) {
+            tracing::debug!(pod = %pod.name_any(), store = uuid, %error, "store removal failed; retrying");
+            return Ok(Action::requeue(ctx.backoff(Kind::Pod, &key_of(pod))));
+        }
+        let note = format!("CN store {uuid} could not be removed from HAKeeper ({error}); the pod goes anyway");
+        ctx.event(&pod.object_ref(&()), true, "StoreRemovalTimedOut", "RemoveStore", note).await;
+    }
+    ctx.forget_store(uuid);
+    let kept: Vec<String> = pod.finalizers().iter().filter(|f| *f != labels::CN_DRAINING_FINALIZER).cloned().collect();
+    if patch_finalizers(ctx, pod, kept).await? {
+        tracing::info!(pod = %pod.name_any(), store = uuid, removed = removed.is_ok(), "store removed; pod released to deletion");
+    }
+    Ok(Action::await_change())
+}
+
+/// The pod's owner is not in the cache: read the claim live, and release the
+/// pod if no live claim has that UID.
+async fn sweep_orphan<R>(ctx: &Context<R>, pod: &Pod, view: &PodView, claim_uid: &str) -> Result<Action, Error> {
+    let (namespace, name) = key_of(pod);
+    let claims: Api<CNClaim> = Api::namespaced(ctx.client.clone(), &namespace);
+    let alive = match view.claimed_by.as_deref() {
+        Some(claim) => claims
+            .get_opt(claim)
+            .await
+            .map_err(|error| Error::kube("read", format!("CNClaim {namespace}/{claim}"), error))?
+            .is_some_and(|claim| claim.uid().as_deref() == Some(claim_uid)),
+        None => claims
+            .list(&ListParams::default())
+            .await
+            .map_err(|error| Error::kube("list", format!("CNClaims in {namespace}"), error))?
+            .items
+            .iter()
+            .any(|claim| claim.uid().as_deref() == Some(claim_uid)),
+    };
+    if alive {
+        // Not cached yet; the claim's own reconcile looks after its pods.
+        return Ok(Action::requeue(ctx.backoff(Kind::Pod, &key_of(pod))));
+    }
+    let then = if view.failed { AfterRelease::Retire } else { AfterRelease::Drain };
+    if let Outcome::Applied(_) =
+        ownership::transition(&ctx.client, pod, Transition::Release { claim_uid, then }).await?
+    {
+        tracing::info!(pod = %name, claim_uid, "released an orphan: no claim has its owner's UID");
+        let note = format!("released: claim {claim_uid} no longer exists");
+        ctx.event(&pod.object_ref(&()), false, "OrphanReleased", "Release", note).await;
+    }
+    Ok(Action::requeue(ctx.config.requeue_min))
+}

@@ -1,0 +1,250 @@
+//! Who a change wakes. Each handler compares the object before and after
+//! and wakes only the objects whose decision the changed fields feed, so
+//! that, for instance, stats annotations never wake the pool or claim
+//! controllers and a controller's own status write costs no extra
+//! reconcile of its neighbours.
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use cnpool_api::{CNClaim, CNPool, labels};
+use futures::channel::mpsc::{UnboundedReceiver, UnboundedSender, unbounded};
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+use kube::runtime::reflector::ObjectRef;
+
+use crate::cache::{Change, key_of};
+use crate::context::Context;
+
+/// The receiving ends, taken once by [`crate::run`].
+pub struct Triggers {
+    pub claims: UnboundedReceiver<ObjectRef<CNClaim>>,
+    pub pools: UnboundedReceiver<ObjectRef<CNPool>>,
+    pub pods: UnboundedReceiver<ObjectRef<Pod>>,
+}
+
+/// Senders that queue reconciles.
+pub struct Wakers {
+    claims: UnboundedSender<ObjectRef<CNClaim>>,
+    pools: UnboundedSender<ObjectRef<CNPool>>,
+    pods: UnboundedSender<ObjectRef<Pod>>,
+    receivers: Mutex<Option<Triggers>>,
+}
+
+impl Wakers {
+    pub fn new() -> Self {
+        let (claims, claim_rx) = unbounded();
+        let (pools, pool_rx) = unbounded();
+        let (pods, pod_rx) = unbounded();
+        let receivers = Triggers { claims: claim_rx, pools: pool_rx, pods: pod_rx };
+        Self { claims, pools, pods, receivers: Mutex::new(Some(receivers)) }
+    }
+
+    /// The receivers; `run` takes them once per context.
+    pub fn take_receivers(&self) -> Triggers {
+        let mut slot = self.receivers.lock().unwrap_or_else(PoisonError::into_inner);
+        slot.take().unwrap_or_else(|| {
+            // A second `run` on one context: give it receivers nobody feeds.
+            let (_, claims) = unbounded();
+            let (_, pools) = unbounded();
+            let (_, pods) = unbounded();
+            Triggers { claims, pools, pods }
+        })
+    }
+
+    // A send fails only once the controllers stopped: nothing to wake then.
+    pub fn claim(&self, namespace: &str, name: &str) {
+        let _ = self.claims.unbounded_send(ObjectRef::new(name).within(namespace));
+    }
+
+    pub fn pool(&self, namespace: &str, name: &str) {
+        let _ = self.pools.unbounded_send(ObjectRef::new(name).within(namespace));
+    }
+
+    pub fn pod(&self, namespace: &str, name: &str) {
+        let _ = self.pods.unbounded_send(ObjectRef::new(name).within(namespace));
+    }
+}
+
+fn label<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
+    pod.metadata.labels.as_ref()?.get(key).map(String::as_str)
+}
+
+fn annotation<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
+    pod.metadata.annotations.as_ref()?.get(key).map(String::as_str)
+}
+
+/// Annotations the store controller writes for observers only.
+const STATS: [&str; 3] = [labels::SCORE, labels::POD_DELETION_COST, labels::CONNECTIONS];
+
+/// What the claim decisions read of a pod.
+fn claim_facts(pod: &Pod) -> impl PartialEq + '_ {
+    (
+        pod.metadata.uid.as_deref(),
+        &pod.metadata.labels,
+        pod.metadata.deletion_timestamp.is_some(),
+        annotation(pod, labels::BINDING),
+        pod.status.as_ref().and_then(|status| status.phase.as_deref()),
+        pod.spec.as_ref().and_then(|spec| spec.node_name.as_deref()),
+    )
+}
+
+/// What the pool plan reads of a pod.
+fn pool_facts(pod: &Pod) -> impl PartialEq + '_ {
+    (
+        pod.metadata.uid.as_deref(),
+        label(pod, labels::PHASE),
+        label(pod, labels::CLAIM_UID),
+        label(pod, labels::CLAIMED_BY),
+        label(pod, labels::REVISION),
+        label(pod, labels::OUTDATED),
+        pod.metadata.deletion_timestamp.is_some(),
+        pod.status.as_ref().and_then(|status| status.phase.as_deref()),
+    )
+}
+
+/// What the store controller reads of a pod: all but the stats it writes.
+fn store_facts(pod: &Pod) -> impl PartialEq + '_ {
+    let annotations: Option<Vec<(&String, &String)>> = pod
+        .metadata
+        .annotations
+        .as_ref()
+        .map(|map| map.iter().filter(|(key, _)| !STATS.contains(&key.as_str())).collect());
+    (
+        pod.metadata.uid.as_deref(),
+        &pod.metadata.labels,
+        annotations,
+        pod.metadata.deletion_timestamp.is_some(),
+        &pod.metadata.finalizers,
+        pod.status.as_ref().and_then(|status| status.phase.as_deref()),
+        pod.status.as_ref().and_then(|status| status.pod_ip.as_deref()),
+    )
+}
+
+fn changed<'a, T: PartialEq>(change: Change<'a, Pod>, facts: impl Fn(&'a Pod) -> T) -> bool {
+    match change {
+        (Some(old), Some(new)) => facts(old) != facts(new),
+        _ => true,
+    }
+}
+
+pub fn pod_changed<R>(ctx: &Context<R>, change: Change<'_, Pod>) {
+    let (old, new) = change;
+    let Some(any) = new.or(old) else { return };
+    let (namespace, name) = key_of(any.as_ref());
+    if changed(change, store_facts) {
+        ctx.wake.pod(&namespace, &name);
+    }
+    if changed(change, pool_facts) {
+        for pool in
+            [old, new].into_iter().flatten().filter_map(|pod| label(pod, labels::POOL_NAME)).collect::<BTreeSet<_>>()
+        {
+            ctx.wake.pool(&namespace, pool);
+        }
+    }
+    if changed(change, claim_facts) {
+        let mut claims: BTreeSet<String> = ctx.claims.pointing_at(&namespace, &name);
+        for uid in [old, new].into_iter().flatten().filter_map(|pod| label(pod, labels::CLAIM_UID)) {
+            if let Some(claim) = ctx.claims.by_uid(uid) {
+                claims.insert(claim.name_any());
+            }
+        }
+        for claim in &claims {
+            ctx.wake.claim(&namespace, claim);
+        }
+        let became_idle = new.and_then(|pod| label(pod, labels::PHASE)) == Some("Idle")
+            && old.and_then(|pod| label(pod, labels::PHASE)) != Some("Idle");
+        if became_idle && let Some(pool) = new.and_then(|pod| label(pod, labels::POOL_NAME)) {
+            wake_waiting_claims(ctx, &namespace, pool);
+        }
+    }
+}
+
+/// A pod turned Idle: wake a few claims of its pool that hold nothing, so
+/// that a new pod is taken at once rather than at the claims' next backoff.
+fn wake_waiting_claims<R>(ctx: &Context<R>, namespace: &str, pool: &str) {
+    let nominated = ctx.claims.in_pool(namespace, pool);
+    let unnominated = ctx.claims.in_pool(namespace, "");
+    let waiting = nominated
+        .iter()
+        .chain(&unnominated)
+        .filter(|claim| claim.metadata.deletion_timestamp.is_none())
+        .filter(|claim| claim.uid().is_some_and(|uid| ctx.pods.owned_by(&uid).is_empty()))
+        .take(usize::from(ctx.config.workers.max(1)));
+    for claim in waiting {
+        ctx.wake.claim(namespace, &claim.name_any());
+    }
+}
+
+pub fn claim_changed<R>(ctx: &Context<R>, (old, new): Change<'_, CNClaim>) {
+    let Some(any) = new.or(old) else { return };
+    let (namespace, name) = key_of(any.as_ref());
+    let facts = |claim: &Arc<CNClaim>| {
+        (
+            claim.metadata.generation,
+            claim.metadata.finalizers.clone(),
+            claim.metadata.deletion_timestamp.is_some(),
+            claim.metadata.labels.clone(),
+            claim.status.clone(),
+            claim.spec.clone(),
+        )
+    };
+    let differs = match (old, new) {
+        (Some(old), Some(new)) => facts(old) != facts(new),
+        _ => true,
+    };
+    if !differs {
+        return;
+    }
+    if new.is_some() {
+        ctx.wake.claim(&namespace, &name);
+    }
+    // Pending counts of the pools it is nominated to.
+    let mut pools: BTreeSet<String> = BTreeSet::new();
+    for claim in [old, new].into_iter().flatten() {
+        if claim.spec.pool_name.is_empty() {
+            pools.extend(ctx.pools.all().iter().map(|(pool, _)| pool.name_any()));
+        } else {
+            pools.insert(claim.spec.pool_name.clone());
+        }
+    }
+    for pool in &pools {
+        ctx.wake.pool(&namespace, pool);
+    }
+    // A claim going away: its pods are checked for orphans.
+    let going = new.is_none_or(|claim| claim.metadata.deletion_timestamp.is_some());
+    if going && let Some(uid) = any.uid() {
+        for pod in ctx.pods.owned_by(&uid) {
+            ctx.wake.pod(&namespace, &pod.name_any());
+        }
+    }
+}
+
+pub fn pool_changed<R>(ctx: &Context<R>, (old, new): Change<'_, CNPool>) {
+    let Some(any) = new.or(old) else { return };
+    let (namespace, name) = key_of(any.as_ref());
+    let facts = |pool: &Arc<CNPool>| {
+        (pool.metadata.generation, pool.metadata.finalizers.clone(), pool.metadata.deletion_timestamp.is_some())
+    };
+    let differs = match (old, new) {
+        (Some(old), Some(new)) => facts(old) != facts(new),
+        _ => true,
+    };
+    if differs && new.is_some() {
+        ctx.wake.pool(&namespace, &name);
+    }
+}
+
+/// HAKeeper's entry for `uuid` changed: wake its pod and the pod's claim.
+pub fn store_changed<R>(ctx: &Context<R>, uuid: &str) {
+    for (namespace, name) in ctx.pods.with_store(uuid) {
+        ctx.wake.pod(&namespace, &name);
+        let claim_uid = ctx
+            .pods
+            .get(&(namespace.clone(), name))
+            .and_then(|pod| pod.metadata.labels.as_ref().and_then(|labels| labels.get(labels::CLAIM_UID).cloned()));
+        if let Some(claim) = claim_uid.and_then(|uid| ctx.claims.by_uid(&uid)) {
+            ctx.wake.claim(&namespace, &claim.name_any());
+        }
+    }
+}

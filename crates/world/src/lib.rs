@@ -1,0 +1,324 @@
+//! The simulated node side of a cnpool cluster: what a kubelet and the CN
+//! processes it runs would do, against any Kubernetes API (the embedded one
+//! in tests, `cnpool dev` and the simulator).
+//!
+//! - **Start**: a pool pod (labelled `pool-name`) is scheduled and started
+//!   `start_delay` after the world first sees it: `spec.nodeName`, then
+//!   status Running and Ready with a container start time and a pod IP;
+//!   then its CN registers its store with HAKeeper under the UUID its DNS
+//!   name gives ([`cnpool_api::cn_store_uuid`]).
+//! - **Sessions**: a CN whose pod turns Bound gets `sessions_per_cn`
+//!   sessions; once the pod is no longer Bound they leave after
+//!   `session_leave_delay`.
+//! - **Stop**: a pod being deleted has its containers stopped after
+//!   `stop_delay`, which ends its CN (its store leaves HAKeeper); once no
+//!   finalizer holds the pod any more, the world completes the graceful
+//!   deletion with a delete of grace period 0, as a kubelet does.
+//! - **Faults**: [`World::crash`] fails a CN's pod, [`World::vanish_store`]
+//!   drops a store from HAKeeper while its pod runs.
+//!
+//! Nothing here draws random numbers: delays are parameters, pod IPs come
+//! from a counter, so the same inputs give the same writes.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use cnpool_api::labels;
+use cnpool_registry::Workload;
+use cnpool_registry::memory::{MemoryRegistry, StoreAddresses};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
+use kube::runtime::{WatchStreamExt, watcher};
+use serde_json::json;
+
+/// Delays of the simulated kubelet and CNs.
+#[derive(Clone, Debug)]
+pub struct WorldConfig {
+    /// From a pod's creation to its CN registering.
+    pub start_delay: Duration,
+    /// From a pod's deletion to its containers having stopped.
+    pub stop_delay: Duration,
+    /// From a CN leaving phase Bound to its sessions having left.
+    pub session_leave_delay: Duration,
+    /// Sessions a bound CN carries.
+    pub sessions_per_cn: u64,
+    /// The node pods are scheduled to.
+    pub node_name: String,
+}
+
+impl Default for WorldConfig {
+    fn default() -> Self {
+        Self {
+            start_delay: Duration::from_millis(200),
+            stop_delay: Duration::from_millis(100),
+            session_leave_delay: Duration::from_millis(300),
+            sessions_per_cn: 2,
+            node_name: "sim-node-0".into(),
+        }
+    }
+}
+
+/// Why a world-side action failed.
+#[derive(Debug, thiserror::Error)]
+pub enum WorldError {
+    #[error("pod {namespace}/{name}: {source}")]
+    Kube {
+        namespace: String,
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+}
+
+/// What the world remembers of one pod, by UID.
+#[derive(Debug, Default)]
+struct PodState {
+    start_scheduled: bool,
+    stop_scheduled: bool,
+    stopped: bool,
+    bound: bool,
+    /// Bumped on every Bound/unbound change, so a delayed session departure
+    /// does not undo a later bind.
+    binding_epoch: u64,
+}
+
+#[derive(Default)]
+struct State {
+    pods: HashMap<String, PodState>,
+    next_ip: u32,
+}
+
+/// The simulated kubelet and CN processes of one cluster. Clones share it.
+#[derive(Clone)]
+pub struct World {
+    client: kube::Client,
+    registry: MemoryRegistry,
+    config: Arc<WorldConfig>,
+    state: Arc<Mutex<State>>,
+}
+
+impl World {
+    pub fn new(client: kube::Client, registry: MemoryRegistry, config: WorldConfig) -> Self {
+        Self { client, registry, config: Arc::new(config), state: Arc::default() }
+    }
+
+    /// The HAKeeper the world's CNs register with.
+    pub fn registry(&self) -> &MemoryRegistry {
+        &self.registry
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        // Every update is one step on plain data: a panicked holder left it
+        // consistent.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Runs the world until `shutdown` completes.
+    pub async fn run(self, shutdown: impl Future<Output = ()>) {
+        let pods: Api<Pod> = Api::all(self.client.clone());
+        let config = watcher::Config::default().labels(labels::POOL_NAME);
+        let mut events = watcher(pods, config).default_backoff().boxed();
+        let mut shutdown = std::pin::pin!(shutdown);
+        loop {
+            tokio::select! {
+                () = &mut shutdown => return,
+                event = events.next() => match event {
+                    Some(Ok(watcher::Event::Apply(pod) | watcher::Event::InitApply(pod))) => self.observe(pod),
+                    Some(Ok(watcher::Event::Delete(pod))) => self.forget(&pod),
+                    Some(Ok(_)) => {}
+                    Some(Err(error)) => tracing::debug!(%error, "world: pod watch failed; retrying"),
+                    None => return,
+                },
+            }
+        }
+    }
+
+    fn observe(&self, pod: Pod) {
+        let Some(uid) = pod.metadata.uid.clone() else { return };
+        let deleting = pod.metadata.deletion_timestamp.is_some();
+        let bound =
+            pod.metadata.labels.as_ref().and_then(|l| l.get(labels::PHASE)).map(String::as_str) == Some("Bound");
+        let no_finalizers = pod.metadata.finalizers.as_ref().is_none_or(Vec::is_empty);
+        let mut state = self.state();
+        let entry = state.pods.entry(uid).or_default();
+        let start = !entry.start_scheduled && !deleting;
+        entry.start_scheduled |= start;
+        let stop = deleting && !entry.stop_scheduled;
+        entry.stop_scheduled |= stop;
+        let finish = deleting && entry.stopped && no_finalizers;
+        let binding_changed = bound != entry.bound && !deleting;
+        if binding_changed {
+            entry.bound = bound;
+            entry.binding_epoch += 1;
+        }
+        let epoch = entry.binding_epoch;
+        let ip = state.next_ip;
+        if start {
+            state.next_ip += 1;
+        }
+        drop(state);
+        let pod = Arc::new(pod);
+        if start {
+            tokio::spawn(self.clone().start(pod.clone(), ip));
+        }
+        if stop {
+            tokio::spawn(self.clone().stop(pod.clone()));
+        }
+        if finish {
+            tokio::spawn(self.clone().finish_deletion(pod.clone()));
+        }
+        if binding_changed && let Some(uuid) = store_uuid(&pod) {
+            if bound {
+                self.registry
+                    .set_workload(&uuid, Workload { sessions: self.config.sessions_per_cn, ..Workload::default() });
+            } else {
+                tokio::spawn(self.clone().sessions_leave(pod.metadata.uid.clone().unwrap_or_default(), uuid, epoch));
+            }
+        }
+    }
+
+    fn forget(&self, pod: &Pod) {
+        if let Some(uid) = pod.metadata.uid.as_deref() {
+            self.state().pods.remove(uid);
+        }
+        // A CN whose pod is gone no longer heartbeats.
+        if let Some(uuid) = store_uuid(pod) {
+            self.registry.remove_store(&uuid);
+        }
+    }
+
+    async fn start(self, pod: Arc<Pod>, ip: u32) {
+        tokio::time::sleep(self.config.start_delay).await;
+        let (namespace, name) = identity(&pod);
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &namespace);
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        let schedule = json!({"metadata": {"uid": uid}, "spec": {"nodeName": self.config.node_name}});
+        if let Err(error) = pods.patch(&name, &PatchParams::default(), &Patch::Merge(&schedule)).await {
+            tracing::debug!(pod = %name, %error, "world: pod went away before it was scheduled");
+            return;
+        }
+        let now = jiff_now();
+        let pod_ip = format!("10.0.{}.{}", ip / 250, ip % 250 + 1);
+        let status = json!({"status": {
+            "phase": "Running",
+            "podIP": pod_ip,
+            "startTime": now,
+            "conditions": [
+                {"type": "ContainersReady", "status": "True", "lastTransitionTime": now},
+                {"type": "Ready", "status": "True", "lastTransitionTime": now},
+            ],
+            "containerStatuses": [{
+                "name": "cn", "ready": true, "started": true, "restartCount": 0,
+                "image": "matrixorigin/matrixone", "imageID": "",
+                "state": {"running": {"startedAt": now}},
+            }],
+        }});
+        if let Err(error) = pods.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status)).await {
+            tracing::debug!(pod = %name, %error, "world: pod went away before it started");
+            return;
+        }
+        if let Some(uuid) = store_uuid(&pod) {
+            let address = |port: u16| format!("{pod_ip}:{port}");
+            self.registry.register_store(
+                &uuid,
+                StoreAddresses {
+                    service_address: address(6001),
+                    sql_address: address(6001),
+                    lock_service_address: address(6003),
+                    query_address: address(19998),
+                },
+            );
+            tracing::debug!(pod = %name, store = %uuid, "world: CN started and registered");
+        }
+    }
+
+    async fn stop(self, pod: Arc<Pod>) {
+        tokio::time::sleep(self.config.stop_delay).await;
+        if let Some(uuid) = store_uuid(&pod) {
+            self.registry.remove_store(&uuid);
+        }
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        if let Some(entry) = self.state().pods.get_mut(&uid) {
+            entry.stopped = true;
+        }
+        // Read the pod again: its finalizers may be gone by now.
+        let (namespace, name) = identity(&pod);
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &namespace);
+        if let Ok(Some(current)) = pods.get_opt(&name).await
+            && current.metadata.uid.as_deref() == Some(uid.as_str())
+            && current.metadata.finalizers.as_ref().is_none_or(Vec::is_empty)
+        {
+            self.finish_deletion(Arc::new(current)).await;
+        }
+    }
+
+    async fn finish_deletion(self, pod: Arc<Pod>) {
+        let (namespace, name) = identity(&pod);
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &namespace);
+        let params = DeleteParams {
+            grace_period_seconds: Some(0),
+            preconditions: Some(Preconditions { uid: pod.metadata.uid.clone(), resource_version: None }),
+            ..DeleteParams::default()
+        };
+        if let Err(error) = pods.delete(&name, &params).await {
+            tracing::debug!(pod = %name, %error, "world: final deletion refused");
+        }
+    }
+
+    async fn sessions_leave(self, pod_uid: String, uuid: String, epoch: u64) {
+        tokio::time::sleep(self.config.session_leave_delay).await;
+        let still_unbound = self.state().pods.get(&pod_uid).is_some_and(|entry| entry.binding_epoch == epoch);
+        if still_unbound {
+            self.registry.set_workload(&uuid, Workload::default());
+        }
+    }
+
+    /// The CN of a pod crashes for good: its pod turns Failed and its store
+    /// leaves HAKeeper.
+    pub async fn crash(&self, namespace: &str, name: &str) -> Result<(), WorldError> {
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+        let kube_error = |source| WorldError::Kube { namespace: namespace.into(), name: name.into(), source };
+        let pod = pods.get(name).await.map_err(kube_error)?;
+        let now = jiff_now();
+        let status = json!({"status": {
+            "phase": "Failed",
+            "conditions": [{"type": "Ready", "status": "False", "lastTransitionTime": now}],
+            "containerStatuses": [{
+                "name": "cn", "ready": false, "started": false, "restartCount": 0,
+                "image": "matrixorigin/matrixone", "imageID": "",
+                "state": {"terminated": {"exitCode": 1, "reason": "Error", "finishedAt": now}},
+            }],
+        }});
+        pods.patch_status(name, &PatchParams::default(), &Patch::Merge(&status)).await.map_err(kube_error)?;
+        if let Some(uuid) = store_uuid(&pod) {
+            self.registry.remove_store(&uuid);
+        }
+        Ok(())
+    }
+
+    /// A store drops out of HAKeeper while its pod goes on running. Returns
+    /// whether it was registered.
+    pub fn vanish_store(&self, uuid: &str) -> bool {
+        self.registry.remove_store(uuid)
+    }
+}
+
+fn identity(pod: &Pod) -> (String, String) {
+    (pod.metadata.namespace.clone().unwrap_or_default(), pod.metadata.name.clone().unwrap_or_default())
+}
+
+/// The UUID the pod's CN registers under: from its DNS name, as MatrixOne's
+/// start script computes it.
+pub fn store_uuid(pod: &Pod) -> Option<String> {
+    let name = pod.metadata.name.as_deref()?;
+    let namespace = pod.metadata.namespace.as_deref()?;
+    let subdomain = pod.spec.as_ref()?.subdomain.as_deref()?;
+    Some(cnpool_api::cn_store_uuid(name, subdomain, namespace))
+}
+
+fn jiff_now() -> String {
+    k8s_openapi::jiff::Timestamp::now().to_string()
+}
