@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# kubectl against `cnpool dev` (the embedded API server over HTTP): what a
-# newcomer does on the first day must work as on a real cluster.
+# kubectl against `cnpool dev` (the embedded API server over HTTP, with the
+# operator and the simulated node side): what a newcomer does on the first
+# day must work as on a real cluster.
 # Needs `cnpool` and kubectl (1.32) on PATH; KUBECTL_120 may name kubectl 1.20.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -20,6 +21,13 @@ done
 
 check "cnpool crd | kubectl apply -f - (validating)" sh -c 'cnpool crd | kubectl apply -f -'
 check "kubectl apply -f examples/ (a pool, a claim, a claim set)" kubectl apply -f "$repo/examples/"
+bound=""
+for _ in $(seq 1 300); do
+  bound=$(kubectl get cnclaim test -o jsonpath='{.status.phase}' 2>/dev/null)
+  [[ $bound == Bound ]] && break
+  sleep 0.1
+done
+check "the example claim is Bound within 30 s" expect_eq Bound "$bound"
 check "kubectl get cnclaims has the Pod, Phase, Pool and Age columns" \
   expect_match '^NAME +POD +PHASE +POOL +AGE' "$(kubectl get cnclaims 2>&1 | head -n 1)"
 check "-o wide adds Node and Owner" expect_match 'NODE +OWNER$' "$(kubectl get cnclaims -o wide 2>&1 | head -n 1)"
@@ -67,21 +75,30 @@ check "kubectl describe shows the claim's Events" expect_match 'Normal +Bound .*
 kubectl get cnclaims -w --no-headers >"$work/watch.out" 2>&1 &
 watch_pid=$!
 sleep 1
-kubectl patch cnclaim test --type merge -p '{"spec":{"poolName":"streamed"}}' >/dev/null
+kubectl label cnclaim test streamed=yes >/dev/null
 sleep 1
 kill $watch_pid 2>/dev/null
-check "kubectl get -w streams a change as it happens" expect_match 'streamed' "$(cat "$work/watch.out")"
+check "kubectl get -w streams a change as it happens" expect_match 'test +default-[0-9]+ +Bound' "$(cat "$work/watch.out")"
 
 # delete returns once the object is gone, and waits on finalizers.
-kubectl patch cnclaim test --type merge -p '{"metadata":{"finalizers":["example.com/hold"]}}' >/dev/null
-kubectl delete cnclaim test --timeout=30s >"$work/delete.out" 2>&1 &
+kubectl apply -f - >/dev/null <<'YAML'
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: held, finalizers: [example.com/hold]}
+YAML
+kubectl delete configmap held --timeout=30s >"$work/delete.out" 2>&1 &
 delete_pid=$!
 sleep 2
 check "kubectl delete waits while a finalizer holds the object" kill -0 $delete_pid
-kubectl patch cnclaim test --type merge -p '{"metadata":{"finalizers":null}}' >/dev/null
+kubectl patch configmap held --type merge -p '{"metadata":{"finalizers":null}}' >/dev/null
 wait $delete_pid
 check "kubectl delete returns once the finalizer is gone" expect_match 'deleted' "$(cat "$work/delete.out")"
+
+pod=$(kubectl get cnclaim test -o jsonpath='{.spec.podName}')
+check "kubectl delete cnclaim returns once the operator has released the pod" kubectl delete cnclaim test --timeout=30s
 check "the claim is gone" expect_match 'NotFound' "$(kubectl get cnclaim test 2>&1)"
+check "its pod is no longer Bound" expect_match '^(Draining|Idle)$' \
+  "$(kubectl get pod "$pod" -o jsonpath='{.metadata.labels.pool\.matrixorigin\.io/phase}')"
 
 if [[ -n ${KUBECTL_120:-} ]]; then
   check "kubectl 1.20: get" "$KUBECTL_120" get cnclaimsets

@@ -33,6 +33,12 @@ pub async fn handle(server: ApiServer, request: Request<Body>) -> Response {
     let accept = parts.headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or_default().to_string();
     let content_type =
         parts.headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or_default().to_string();
+    if content_type.contains("protobuf") {
+        return error_response(&ApiError::unsupported_media_type(
+            "the embedded API server speaks JSON only; send application/json (kubectl's `create <kind>` generators \
+             send protobuf: use `kubectl apply -f` instead)",
+        ));
+    }
     let call = Call { server, method: parts.method, query, accept, content_type, body };
     match call.route(parts.uri.path()) {
         Ok(response) => response,
