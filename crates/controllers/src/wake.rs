@@ -160,9 +160,11 @@ pub fn pod_changed<R>(ctx: &Context<R>, change: Change<'_, Pod>) {
     }
 }
 
-/// A pod turned Idle: wake a few claims of its pool that hold nothing, so
-/// that a new pod is taken at once rather than at the claims' next backoff.
+/// A pod turned Idle: wake as many claims of its pool that hold nothing as
+/// the pool has Idle pods, so that new pods are taken at once rather than at
+/// the claims' next backoff. (The runtime merges repeated wakes of a claim.)
 fn wake_waiting_claims<R>(ctx: &Context<R>, namespace: &str, pool: &str) {
+    let idle = ctx.pods.in_pool_phase(namespace, pool, "Idle").len();
     let nominated = ctx.claims.in_pool(namespace, pool);
     let unnominated = ctx.claims.in_pool(namespace, "");
     let waiting = nominated
@@ -170,7 +172,7 @@ fn wake_waiting_claims<R>(ctx: &Context<R>, namespace: &str, pool: &str) {
         .chain(&unnominated)
         .filter(|claim| claim.metadata.deletion_timestamp.is_none())
         .filter(|claim| claim.uid().is_some_and(|uid| ctx.pods.owned_by(&uid).is_empty()))
-        .take(usize::from(ctx.config.workers.max(1)));
+        .take(idle);
     for claim in waiting {
         ctx.wake.claim(namespace, &claim.name_any());
     }
