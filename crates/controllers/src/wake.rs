@@ -205,7 +205,9 @@ pub fn claim_changed<R>(ctx: &Context<R>, (old, new): Change<'_, CNClaim>) {
     let mut pools: BTreeSet<String> = BTreeSet::new();
     for claim in [old, new].into_iter().flatten() {
         if claim.spec.pool_name.is_empty() {
-            pools.extend(ctx.pools.all().iter().map(|(pool, _)| pool.name_any()));
+            let same_namespace =
+                ctx.pools.all().into_iter().filter(|(pool, _)| pool.namespace().as_deref() == Some(&namespace));
+            pools.extend(same_namespace.map(|(pool, _)| pool.name_any()));
         } else {
             pools.insert(claim.spec.pool_name.clone());
         }
