@@ -227,12 +227,9 @@ async fn step<R: StoreRegistry>(ctx: &Context<R>, snap: &mut Snapshot, key: &Key
     let owned: Vec<PodView> = snap.owned.iter().map(|pod| read_pod(pod)).collect::<Result<_, _>>()?;
     let pointed: Option<PodView> = snap.pointed.as_deref().map(read_pod).transpose()?;
     let pools = ctx.pool_views();
-    let held_pods = view.pod_name.is_none() || view.deleting;
-    let candidate_raw = if held_pods || view.phase == Some(ClaimPhase::Lost) {
-        candidate_pods(ctx, &view, &namespace)
-    } else {
-        Vec::new()
-    };
+    // Only a claim that may pick a pod from the pool needs its Idle pods.
+    let may_pick = !view.deleting && (view.pod_name.is_none() || view.phase == Some(ClaimPhase::Lost));
+    let candidate_raw = if may_pick { candidate_pods(ctx, &view, &namespace) } else { Vec::new() };
     let candidates: Vec<PodView> = candidate_raw.iter().map(|pod| read_pod(pod)).collect::<Result<_, _>>()?;
     let held: Vec<&PodView> = owned
         .iter()
