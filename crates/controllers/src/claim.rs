@@ -227,12 +227,9 @@ async fn step<R: StoreRegistry>(ctx: &Context<R>, snap: &mut Snapshot, key: &Key
     let owned: Vec<PodView> = snap.owned.iter().map(|pod| read_pod(pod)).collect::<Result<_, _>>()?;
     let pointed: Option<PodView> = snap.pointed.as_deref().map(read_pod).transpose()?;
     let pools = ctx.pool_views();
-    let held_pods = view.pod_name.is_none() || view.deleting;
-    let candidate_raw = if held_pods || view.phase == Some(ClaimPhase::Lost) {
-        candidate_pods(ctx, &view, &namespace)
-    } else {
-        Vec::new()
-    };
+    // Only a claim that may pick a pod from the pool needs its Idle pods.
+    let may_pick = !view.deleting && (view.pod_name.is_none() || view.phase == Some(ClaimPhase::Lost));
+    let candidate_raw = if may_pick { candidate_pods(ctx, &view, &namespace) } else { Vec::new() };
     let candidates: Vec<PodView> = candidate_raw.iter().map(|pod| read_pod(pod)).collect::<Result<_, _>>()?;
     let held: Vec<&PodView> = owned
         .iter()
@@ -379,7 +376,10 @@ async fn step<R: StoreRegistry>(ctx: &Context<R>, snap: &mut Snapshot, key: &Key
             }
         }
         ClaimStep::MarkLost { reason, release } => {
-            mark_lost(ctx, snap, &view, reason).await?;
+            if !mark_lost(ctx, snap, &view, reason).await? {
+                // The claim changed since the live read: decide again.
+                return Ok(Next::Done(Action::requeue(ctx.config.requeue_min)));
+            }
             for pod in &release {
                 let Some(raw) = raw(&read_pods, pod.pod) else { continue };
                 if let Outcome::Applied(written) =
@@ -587,12 +587,13 @@ async fn record<R>(
     }
 }
 
+/// Sets phase Lost; `false` when the claim changed since it was read.
 async fn mark_lost<R>(
     ctx: &Context<R>,
     snap: &mut Snapshot,
     view: &ClaimView,
     reason: LossReason,
-) -> Result<(), Error> {
+) -> Result<bool, Error> {
     let mut updated = snap.claim.clone();
     let status = updated.status.get_or_insert_with(CNClaimStatus::default);
     let from = status.phase;
@@ -602,8 +603,9 @@ async fn mark_lost<R>(
         tracing::info!(claim = %view.name, from = ?from, to = "Lost", reason = reason.as_str(), "claim lost its pod");
         snap.claim = written;
         ctx.event(&snap.claim.object_ref(&()), true, reason.as_str(), "Lose", reason.message().to_owned()).await;
+        return Ok(true);
     }
-    Ok(())
+    Ok(false)
 }
 
 async fn mark_bound<R>(

@@ -196,8 +196,9 @@ fn log_outcome<K, E: std::error::Error>(
         Err(controller::Error::ObjectNotFound(object)) => {
             tracing::trace!(kind, %object, "object gone before reconcile")
         }
+        // The error policy has logged it, with the delay.
         Err(controller::Error::ReconcilerFailed(error, object)) => {
-            tracing::warn!(kind, %object, %error, "reconcile failed; retrying with backoff")
+            tracing::trace!(kind, %object, %error, "reconcile failed")
         }
         Err(error) => tracing::warn!(kind, %error, "controller runtime error"),
     }

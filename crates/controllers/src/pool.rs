@@ -100,8 +100,12 @@ fn waits_for(claim: &CNClaim, pool: &CNPool, pool_labels: &BTreeMap<String, Stri
     }
     let lost_in_set = claim.phase() == Some(cnpool_api::ClaimPhase::Lost)
         && claim.labels().get(labels::CLAIM_SET).is_some_and(|set| !set.is_empty());
+    // A claim naming a pod (a pre-bound request, or a pointer the Go
+    // operator left) waits for that pod, not for a new one; a Lost one
+    // clears its pointer and binds from the pool.
+    let names_a_pod = !claim.spec.pod_name.is_empty() && claim.phase() != Some(cnpool_api::ClaimPhase::Lost);
     let nominated = claim.spec.pool_name.is_empty() || claim.spec.pool_name == pool.name_any();
-    nominated && !lost_in_set && selector_matches(&claim.spec.selector, pool_labels)
+    nominated && !lost_in_set && !names_a_pod && selector_matches(&claim.spec.selector, pool_labels)
 }
 
 pub async fn reconcile<R: StoreRegistry + 'static>(pool: Arc<CNPool>, ctx: Arc<Context<R>>) -> Result<Action, Error> {

@@ -160,9 +160,11 @@ pub fn pod_changed<R>(ctx: &Context<R>, change: Change<'_, Pod>) {
     }
 }
 
-/// A pod turned Idle: wake a few claims of its pool that hold nothing, so
-/// that a new pod is taken at once rather than at the claims' next backoff.
+/// A pod turned Idle: wake as many claims of its pool that hold nothing as
+/// the pool has Idle pods, so that new pods are taken at once rather than at
+/// the claims' next backoff. (The runtime merges repeated wakes of a claim.)
 fn wake_waiting_claims<R>(ctx: &Context<R>, namespace: &str, pool: &str) {
+    let idle = ctx.pods.in_pool_phase(namespace, pool, "Idle").len();
     let nominated = ctx.claims.in_pool(namespace, pool);
     let unnominated = ctx.claims.in_pool(namespace, "");
     let waiting = nominated
@@ -170,7 +172,7 @@ fn wake_waiting_claims<R>(ctx: &Context<R>, namespace: &str, pool: &str) {
         .chain(&unnominated)
         .filter(|claim| claim.metadata.deletion_timestamp.is_none())
         .filter(|claim| claim.uid().is_some_and(|uid| ctx.pods.owned_by(&uid).is_empty()))
-        .take(usize::from(ctx.config.workers.max(1)));
+        .take(idle);
     for claim in waiting {
         ctx.wake.claim(namespace, &claim.name_any());
     }
@@ -203,7 +205,9 @@ pub fn claim_changed<R>(ctx: &Context<R>, (old, new): Change<'_, CNClaim>) {
     let mut pools: BTreeSet<String> = BTreeSet::new();
     for claim in [old, new].into_iter().flatten() {
         if claim.spec.pool_name.is_empty() {
-            pools.extend(ctx.pools.all().iter().map(|(pool, _)| pool.name_any()));
+            let same_namespace =
+                ctx.pools.all().into_iter().filter(|(pool, _)| pool.namespace().as_deref() == Some(&namespace));
+            pools.extend(same_namespace.map(|(pool, _)| pool.name_any()));
         } else {
             pools.insert(claim.spec.pool_name.clone());
         }

@@ -162,3 +162,46 @@ async fn a_deleted_pool_retires_idle_pods_and_keeps_bound_ones_serving() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pre_bound_claim_gets_exactly_its_pod_or_says_why_not() {
+    let cluster = Cluster::new().await;
+    cluster.start_operator(0);
+    cluster.create_pool(2, Some(4)).await;
+    let wanted = eventually("2 Idle pods", BOUND, || async {
+        let pods = cluster.pool_pods().await;
+        let mut idle: Vec<String> = pods
+            .iter()
+            .filter(|pod| label(pod, labels::PHASE) == Some("Idle"))
+            .filter_map(|pod| pod.metadata.name.clone())
+            .collect();
+        idle.sort();
+        if idle.len() == 2 { Ok(idle[1].clone()) } else { Err(format!("{idle:?}")) }
+    })
+    .await;
+    let request = |name: &str, pod: &str| -> cnpool_api::CNClaim {
+        serde_json::from_value(json!({
+            "apiVersion": "core.matrixorigin.io/v1alpha1",
+            "kind": "CNClaim",
+            "metadata": {"name": name, "namespace": NS},
+            "spec": {"selector": {}, "poolName": POOL, "podName": pod},
+        }))
+        .unwrap()
+    };
+    let params = kube::api::PostParams::default();
+    cluster.claims().create(&params, &request("chosen", &wanted)).await.unwrap();
+    cluster.claims().create(&params, &request("hopeful", "mo-does-not-exist")).await.unwrap();
+
+    let (pod, _) = bound_pod(&cluster, "chosen").await;
+    assert_eq!(pod, wanted, "a pre-bound claim gets the pod it named, not the oldest");
+    let hopeful = eventually("the unavailable request is reported", BOUND, || async {
+        let claim = cluster.claims().get("hopeful").await.unwrap();
+        let reason = claim.status.as_ref().and_then(|s| s.conditions.first()).map(|c| c.reason.clone());
+        if reason.as_deref() == Some("NotFound") { Ok(claim) } else { Err(format!("{reason:?}")) }
+    })
+    .await;
+    assert_eq!(claim_phase(&hopeful), Some("Pending"), "a request that cannot be met is not a loss");
+    assert_eq!(hopeful.spec.pod_name, "mo-does-not-exist", "the request stands");
+    let pool = cluster.pools().get(POOL).await.unwrap();
+    assert_eq!(pool.status.unwrap().pending_claims, 0, "a request for a named pod does not make the pool grow");
+}
