@@ -1,6 +1,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test fails by panicking
-//! The binding core end to end: the controllers on the embedded API server
-//! with the simulated kubelet, CNs and HAKeeper.
+//! The binding core end to end: the controllers on an API server (see
+//! support) with the simulated kubelet, CNs and HAKeeper.
 
 mod support;
 
@@ -20,7 +20,7 @@ fn labels_of(pairs: &[(&str, &str)]) -> BTreeMap<String, Vec<String>> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn claims_bind_to_distinct_pods_whose_stores_carry_their_labels() {
     let cluster = Cluster::new().await;
-    cluster.start_operator(0);
+    cluster.start_operator(0).await;
     cluster.create_pool(2, Some(10)).await;
 
     eventually("the pool keeps 2 Idle pods", BIND, || async {
@@ -101,8 +101,8 @@ fn loss_reasons(commits: &Commits, name: &str) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_claim_whose_pod_is_deleted_or_whose_store_vanishes_is_lost_then_rebound() {
     let cluster = Cluster::new().await;
-    let commits = Commits::record(&cluster.server);
-    cluster.start_operator(0);
+    let commits = Commits::record(&cluster).await;
+    cluster.start_operator(0).await;
     cluster.create_pool(1, Some(4)).await;
     cluster.create_claim("tenant", &[("account", "acme")], &[]).await;
     let (first_pod, first_uid) = bound_pod(&cluster, "tenant").await;
@@ -134,8 +134,8 @@ async fn a_claim_whose_pod_is_deleted_or_whose_store_vanishes_is_lost_then_rebou
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deleted_claim_releases_its_pod_which_drains_back_to_idle_with_a_clean_store() {
     let cluster = Cluster::new().await;
-    let commits = Commits::record(&cluster.server);
-    cluster.start_operator(0);
+    let commits = Commits::record(&cluster).await;
+    cluster.start_operator(0).await;
     // One pod only, so that the released pod is neither retired by scale-in
     // nor replaced.
     cluster.create_pool(1, Some(1)).await;
@@ -191,7 +191,7 @@ async fn a_deleted_claim_releases_its_pod_which_drains_back_to_idle_with_a_clean
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_settled_cluster_costs_no_writes() {
     let cluster = Cluster::new().await;
-    cluster.start_operator(0);
+    cluster.start_operator(0).await;
     cluster.create_pool(2, Some(10)).await;
     for name in ["alpha", "beta"] {
         cluster.create_claim(name, &[("account", name)], &[]).await;
@@ -208,13 +208,12 @@ async fn a_settled_cluster_costs_no_writes() {
     // Let the last stats and status writes land, then watch for a while:
     // several registry polls, drain polls and stats refreshes.
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let commits = Commits::record(&cluster.server);
+    let commits = Commits::record(&cluster).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     let writes: Vec<String> = commits
         .snapshot()
         .iter()
-        .filter(|event| event.storage.plural != "events")
-        .map(|event| format!("{} {} {:?}", event.storage.plural, event.object["metadata"]["name"], event.event_type))
+        .map(|commit| format!("{} {} {:?}", commit.plural, commit.object["metadata"]["name"], commit.change))
         .collect();
     assert!(writes.is_empty(), "steady state wrote: {writes:?}");
 }

@@ -7,7 +7,6 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
 use cnpool_api::labels;
-use cnpool_apiserver::EventType;
 use support::*;
 
 const CLAIMS: usize = 200;
@@ -16,9 +15,9 @@ const MAX_PODS: usize = 100;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_operators_never_give_a_pod_two_owners_nor_exceed_max_pods() {
     let cluster = Cluster::new().await;
-    let commits = Commits::record(&cluster.server);
-    cluster.start_operator(0);
-    cluster.start_operator(1);
+    let commits = Commits::record(&cluster).await;
+    cluster.start_operator(0).await;
+    cluster.start_operator(1).await;
     cluster.create_pool(2, Some(MAX_PODS as i32)).await;
     let creations = (0..CLAIMS).map(|i| {
         let cluster = &cluster;
@@ -51,26 +50,27 @@ async fn two_operators_never_give_a_pod_two_owners_nor_exceed_max_pods() {
         assert_eq!(label(pod, labels::CLAIM_UID), claim.metadata.uid.as_deref(), "the pod agrees it is the claim's");
     }
 
-    // Every committed write, in order: a pod's owner only ever changes from
-    // none to one claim or back, two live claims never record one pod as
-    // Bound, and the pool never has more than maxPods pods.
+    // Every committed write, in order, as a watch of each kind saw it: a
+    // pod's owner only ever changes from none to one claim or back, two live
+    // claims never record one pod as Bound, and the pool never has more than
+    // maxPods pods.
     let mut pods_alive: BTreeSet<String> = BTreeSet::new();
     let mut peak = 0;
     let mut bound_by: HashMap<String, String> = HashMap::new(); // claim name → recorded pod UID while Bound
     let mut checked = 0;
     for event in commits.snapshot() {
         let name = event.object["metadata"]["name"].as_str().unwrap_or_default().to_owned();
-        match event.storage.plural.as_str() {
+        match event.plural.as_str() {
             "pods" => {
                 checked += 1;
-                match event.event_type {
-                    EventType::Added => {
+                match event.change {
+                    Change::Added => {
                         pods_alive.insert(name.clone());
                     }
-                    EventType::Deleted => {
+                    Change::Deleted => {
                         pods_alive.remove(&name);
                     }
-                    EventType::Modified => {}
+                    Change::Modified => {}
                 }
                 peak = peak.max(pods_alive.len());
                 assert!(pods_alive.len() <= MAX_PODS, "rv {}: {} pods", event.resource_version, pods_alive.len());
@@ -89,7 +89,7 @@ async fn two_operators_never_give_a_pod_two_owners_nor_exceed_max_pods() {
             "cnclaims" => {
                 checked += 1;
                 let status = &event.object["status"];
-                let alive = event.event_type != EventType::Deleted;
+                let alive = event.change != Change::Deleted;
                 match status["store"]["podUID"].as_str().filter(|_| alive && status["phase"] == "Bound") {
                     Some(pod_uid) => bound_by.insert(name, pod_uid.to_owned()),
                     None => bound_by.remove(&name),

@@ -15,11 +15,11 @@ use support::*;
 
 /// A pod as the Go operator leaves it bound to `claim`: phase Bound and
 /// `claimed-by`, but no `claim-uid`, no revision and no CN-store finalizer.
-fn go_pod(name: &str, claim: &str) -> Pod {
+fn go_pod(ns: &str, name: &str, claim: &str) -> Pod {
     serde_json::from_value(json!({
         "metadata": {
             "name": name,
-            "namespace": NS,
+            "namespace": ns,
             "labels": {
                 labels::POOL_NAME: POOL,
                 labels::PHASE: "Bound",
@@ -70,13 +70,13 @@ fn loss_reasons(commits: &Commits, name: &str) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn objects_left_by_the_go_operator_are_repaired_on_start() {
     let cluster = Cluster::new().await;
-    let commits = Commits::record(&cluster.server);
+    let commits = Commits::record(&cluster).await;
     cluster.create_pool(1, Some(10)).await;
     // mo-2 is the incident's state: the Go operator bound two claims to it;
     // its claimed-by names "shared-a". "dangling" points at a pod that is gone.
     let holders = [("mo-0", "solo"), ("mo-1", "other"), ("mo-2", "shared-a")];
     for (pod, claim) in holders {
-        cluster.pods().create(&PostParams::default(), &go_pod(pod, claim)).await.unwrap();
+        cluster.pods().create(&PostParams::default(), &go_pod(&cluster.ns, pod, claim)).await.unwrap();
     }
     for claim in ["solo", "other", "shared-a", "shared-b", "dangling"] {
         cluster.create_claim(claim, &[("account", claim)], &[]).await;
@@ -88,7 +88,7 @@ async fn objects_left_by_the_go_operator_are_repaired_on_start() {
     }
     // The Go CNs serve their tenants' labels.
     for (pod, claim) in holders {
-        let uuid = cnpool_api::cn_store_uuid(pod, POOL, NS);
+        let uuid = cnpool_api::cn_store_uuid(pod, POOL, &cluster.ns);
         eventually(&format!("{pod}'s CN registered"), Duration::from_secs(10), || async {
             cluster.registry().store(&uuid).map(|_| ()).ok_or_else(|| "not yet".to_string())
         })
@@ -97,7 +97,7 @@ async fn objects_left_by_the_go_operator_are_repaired_on_start() {
         cluster.registry().replace_labels_now(&uuid, &account).unwrap();
     }
 
-    cluster.start_operator(0);
+    cluster.start_operator(0).await;
 
     let claims: Vec<CNClaim> =
         eventually("every claim Bound to a pod that carries its UID", Duration::from_secs(60), || async {
@@ -134,7 +134,7 @@ async fn objects_left_by_the_go_operator_are_repaired_on_start() {
     assert!(loss_reasons(&commits, "solo").is_empty(), "an adopted claim is never Lost");
 
     for (name, pod) in &pod_of {
-        let store = cluster.registry().store(&cnpool_api::cn_store_uuid(pod, POOL, NS)).unwrap();
+        let store = cluster.registry().store(&cnpool_api::cn_store_uuid(pod, POOL, &cluster.ns)).unwrap();
         assert_eq!(store.work_state, WorkState::Working);
         assert_eq!(store.labels, [("account".to_string(), vec![name.clone()])].into(), "{name}'s store");
     }

@@ -45,13 +45,13 @@ async fn gone(cluster: &Cluster, name: &str, uid: &str, within: Duration) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crashed_cn_is_retired_and_its_claim_rebinds() {
     let cluster = Cluster::new().await;
-    let commits = Commits::record(&cluster.server);
-    cluster.start_operator(0);
+    let commits = Commits::record(&cluster).await;
+    cluster.start_operator(0).await;
     cluster.create_pool(1, Some(4)).await;
     cluster.create_claim("tenant", &[], &[]).await;
     let (pod, uid) = bound_pod(&cluster, "tenant").await;
 
-    cluster.world.crash(NS, &pod).await.unwrap();
+    cluster.world.crash(&cluster.ns, &pod).await.unwrap();
     eventually("tenant rebound", BOUND, || async {
         let (_, now) = bound_pod(&cluster, "tenant").await;
         if now != uid { Ok(()) } else { Err("still on the crashed pod".into()) }
@@ -71,7 +71,7 @@ async fn a_crashed_cn_is_retired_and_its_claim_rebinds() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pod_owned_by_a_claim_that_does_not_exist_is_released() {
     let cluster = Cluster::new().await;
-    cluster.start_operator(0);
+    cluster.start_operator(0).await;
     cluster.create_pool(1, Some(2)).await;
     let idle = eventually("an Idle pod", BOUND, || async {
         let pods = cluster.pool_pods().await;
@@ -101,7 +101,7 @@ async fn a_pod_owned_by_a_claim_that_does_not_exist_is_released() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hakeeper_outage_holds_a_pod_deletion_only_until_the_timeout() {
     let cluster = Cluster::new().await;
-    cluster.start_operator(0);
+    cluster.start_operator(0).await;
     cluster.create_pool(1, Some(1)).await;
     let pod = eventually("an Idle pod", BOUND, || async {
         let pods = cluster.pool_pods().await;
@@ -119,7 +119,8 @@ async fn a_hakeeper_outage_holds_a_pod_deletion_only_until_the_timeout() {
     assert_eq!(held.and_then(|pod| pod.metadata.uid), Some(uid.clone()), "the finalizer waits for HAKeeper a while");
     // The timeout is 5 s (support::operator_config).
     gone(&cluster, &name, &uid, Duration::from_secs(20)).await;
-    let events: kube::Api<k8s_openapi::api::events::v1::Event> = kube::Api::namespaced(cluster.client.clone(), NS);
+    let events: kube::Api<k8s_openapi::api::events::v1::Event> =
+        kube::Api::namespaced(cluster.client.clone(), &cluster.ns);
     let events = events.list(&Default::default()).await.unwrap().items;
     assert!(
         events.iter().any(|event| event.reason.as_deref() == Some("StoreRemovalTimedOut")),
@@ -131,7 +132,7 @@ async fn a_hakeeper_outage_holds_a_pod_deletion_only_until_the_timeout() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deleted_pool_retires_idle_pods_and_keeps_bound_ones_serving() {
     let cluster = Cluster::new().await;
-    cluster.start_operator(0);
+    cluster.start_operator(0).await;
     cluster.create_pool(2, Some(5)).await;
     cluster.create_claim("tenant", &[("account", "acme")], &[]).await;
     let (bound, bound_uid) = bound_pod(&cluster, "tenant").await;
@@ -166,7 +167,7 @@ async fn a_deleted_pool_retires_idle_pods_and_keeps_bound_ones_serving() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pre_bound_claim_gets_exactly_its_pod_or_says_why_not() {
     let cluster = Cluster::new().await;
-    cluster.start_operator(0);
+    cluster.start_operator(0).await;
     cluster.create_pool(2, Some(4)).await;
     let wanted = eventually("2 Idle pods", BOUND, || async {
         let pods = cluster.pool_pods().await;
@@ -183,7 +184,7 @@ async fn a_pre_bound_claim_gets_exactly_its_pod_or_says_why_not() {
         serde_json::from_value(json!({
             "apiVersion": "core.matrixorigin.io/v1alpha1",
             "kind": "CNClaim",
-            "metadata": {"name": name, "namespace": NS},
+            "metadata": {"name": name, "namespace": cluster.ns},
             "spec": {"selector": {}, "poolName": POOL, "podName": pod},
         }))
         .unwrap()

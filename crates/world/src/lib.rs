@@ -3,7 +3,7 @@
 //! in tests, `cnpool dev` and the simulator).
 //!
 //! - **Start**: a pool pod (labelled `pool-name`) is scheduled and started
-//!   `start_delay` after the world first sees it: `spec.nodeName`, then
+//!   `start_delay` after the world first sees it: bound to the node, then
 //!   status Running and Ready with a container start time and a pod IP;
 //!   then its CN registers its store with HAKeeper under the UUID its DNS
 //!   name gives ([`cnpool_api::cn_store_uuid`]).
@@ -30,7 +30,7 @@ use cnpool_registry::Workload;
 use cnpool_registry::memory::{MemoryRegistry, StoreAddresses};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::json;
 
@@ -194,9 +194,7 @@ impl World {
         tokio::time::sleep(self.config.start_delay).await;
         let (namespace, name) = identity(&pod);
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), &namespace);
-        let uid = pod.metadata.uid.clone().unwrap_or_default();
-        let schedule = json!({"metadata": {"uid": uid}, "spec": {"nodeName": self.config.node_name}});
-        if let Err(error) = pods.patch(&name, &PatchParams::default(), &Patch::Merge(&schedule)).await {
+        if let Err(error) = self.schedule(&pod, &namespace, &name).await {
             tracing::debug!(pod = %name, %error, "world: pod went away before it was scheduled");
             return;
         }
@@ -232,6 +230,29 @@ impl World {
                 },
             );
             tracing::debug!(pod = %name, store = %uuid, "world: CN started and registered");
+        }
+    }
+
+    /// Assigns the pod to the world's node as a scheduler does: through the
+    /// `binding` subresource, since a real API server refuses to change
+    /// `spec.nodeName` of an existing pod; where the server has no such
+    /// subresource (the embedded one), by patching `spec.nodeName`.
+    async fn schedule(&self, pod: &Pod, namespace: &str, name: &str) -> Result<(), kube::Error> {
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        let binding = json!({
+            "apiVersion": "v1", "kind": "Binding",
+            "metadata": {"name": name, "uid": uid},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": self.config.node_name},
+        });
+        let bindings: Api<DynamicObject> =
+            Api::namespaced_with(self.client.clone(), namespace, &ApiResource::erase::<Pod>(&()));
+        match bindings.create_subresource::<_, DynamicObject>("binding", name, &PostParams::default(), &binding).await {
+            Err(kube::Error::Api(status)) if status.code == 404 || status.code == 405 => {
+                let pods: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+                let schedule = json!({"metadata": {"uid": uid}, "spec": {"nodeName": self.config.node_name}});
+                pods.patch(name, &PatchParams::default(), &Patch::Merge(&schedule)).await.map(drop)
+            }
+            result => result.map(drop),
         }
     }
 

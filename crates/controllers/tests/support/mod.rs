@@ -1,29 +1,64 @@
 #![allow(dead_code)] // each test file uses a part of it
-//! A cluster for the controllers' integration tests: the embedded API
-//! server, the simulated world and any number of operator instances, each
-//! with its own client.
+//! A cluster for the controllers' integration tests: an API server, the
+//! simulated world and any number of operator instances, each with its own
+//! client. The server is the embedded one, or — when `CNPOOL_E2E_KUBECONFIG`
+//! names a kubeconfig — a real kube-apiserver reached over HTTPS, where each
+//! cluster works in a fresh namespace of its own.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use cnpool_api::{CNClaim, CNPool, labels};
-use cnpool_apiserver::{ApiServer, Event};
+use cnpool_api::{CNClaim, CNClaimSet, CNPool, labels};
+use cnpool_apiserver::ApiServer;
 use cnpool_controllers::Config;
 use cnpool_registry::memory::MemoryRegistry;
 use cnpool_world::{World, WorldConfig};
-use k8s_openapi::api::core::v1::Pod;
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Namespace, Pod, Service, ServiceAccount};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, ListParams, PostParams};
+use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams, WatchParams};
+use kube::core::WatchEvent;
 use serde_json::json;
 use tokio::sync::watch;
 
-pub const NS: &str = "default";
 pub const POOL: &str = "mo";
+const KUBECONFIG_VAR: &str = "CNPOOL_E2E_KUBECONFIG";
+
+/// Where a cluster's clients connect.
+enum Target {
+    Embedded(ApiServer),
+    Real { kubeconfig: String },
+}
+
+impl Target {
+    fn from_env() -> Self {
+        match std::env::var(KUBECONFIG_VAR) {
+            Ok(kubeconfig) => Self::Real { kubeconfig },
+            Err(_) => Self::Embedded(ApiServer::default()),
+        }
+    }
+
+    /// A client with connections of its own.
+    async fn client(&self) -> kube::Client {
+        match self {
+            Self::Embedded(server) => server.client(),
+            Self::Real { kubeconfig } => real_client(kubeconfig).await,
+        }
+    }
+}
+
+async fn real_client(path: &str) -> kube::Client {
+    let kubeconfig = kube::config::Kubeconfig::read_from(path).expect("the kubeconfig in CNPOOL_E2E_KUBECONFIG");
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await.expect("kube config");
+    kube::Client::try_from(config).expect("kube client")
+}
 
 pub struct Cluster {
-    pub server: ApiServer,
+    target: Target,
+    pub ns: String,
     pub client: kube::Client,
     pub world: World,
     stop: watch::Sender<bool>,
@@ -32,12 +67,43 @@ pub struct Cluster {
 impl Drop for Cluster {
     fn drop(&mut self) {
         let _ = self.stop.send(true);
+        if let Target::Real { kubeconfig } = &self.target {
+            // Drop cannot await, and this runtime's clients cannot be driven
+            // from inside it: clean up from a thread with a runtime and a
+            // client of its own.
+            let (kubeconfig, ns) = (kubeconfig.clone(), self.ns.clone());
+            let cleanup = std::thread::spawn(move || {
+                let Ok(runtime) = tokio::runtime::Builder::new_current_thread().enable_all().build() else { return };
+                runtime.block_on(async {
+                    let _ = tokio::time::timeout(Duration::from_secs(30), delete_namespace(&kubeconfig, &ns)).await;
+                });
+            });
+            let _ = cleanup.join();
+        }
     }
 }
 
-pub fn operator_config(instance: usize) -> Config {
+/// Deletes `ns`, best effort: also removes the finalizers of its objects,
+/// since no operator is left to remove them.
+async fn delete_namespace(kubeconfig: &str, ns: &str) {
+    let client = real_client(kubeconfig).await;
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let _ = namespaces.delete(ns, &Default::default()).await;
+    let no_finalizers = Patch::Merge(json!({"metadata": {"finalizers": null}}));
+    for resource in watched_resources() {
+        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &resource);
+        let Ok(objects) = api.list(&ListParams::default()).await else { continue };
+        for object in objects.items {
+            if let Some(name) = object.metadata.name.filter(|_| object.metadata.finalizers.is_some()) {
+                let _ = api.patch(&name, &PatchParams::default(), &no_finalizers).await;
+            }
+        }
+    }
+}
+
+pub fn operator_config(ns: &str, instance: usize) -> Config {
     Config {
-        namespace: Some(NS.into()),
+        namespace: Some(ns.into()),
         workers: 4,
         requeue_min: Duration::from_millis(50),
         requeue_max: Duration::from_secs(2),
@@ -61,27 +127,78 @@ fn stopped(stop: &watch::Sender<bool>) -> impl Future<Output = ()> + Send + 'sta
     }
 }
 
+/// A namespace name no earlier run used.
+fn fresh_namespace() -> String {
+    static CLUSTERS: AtomicUsize = AtomicUsize::new(0);
+    let millis = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_millis();
+    format!("e2e-{}-{}-{}", std::process::id(), CLUSTERS.fetch_add(1, Ordering::Relaxed), millis % 1_000_000)
+}
+
+/// Installs the CRDs (replacing any older version) and waits until they are served.
+async fn install_crds(client: &kube::Client, ns: &str) {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for mut crd in cnpool_api::crd::crds() {
+        match crds.create(&PostParams::default(), &crd).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if status.reason == "AlreadyExists" => {
+                let name = crd.metadata.name.clone().expect("CRD name");
+                crd.metadata.resource_version = crds.get(&name).await.expect("installed CRD").metadata.resource_version;
+                crds.replace(&name, &PostParams::default(), &crd).await.expect("update CRD");
+            }
+            Err(other) => panic!("install CRD: {other}"),
+        }
+    }
+    eventually("the CRDs served", Duration::from_secs(30), || async {
+        for resource in watched_resources() {
+            let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &resource);
+            api.list(&ListParams::default().limit(1)).await.map_err(|e| format!("{}: {e}", resource.plural))?;
+        }
+        Ok(())
+    })
+    .await;
+}
+
 impl Cluster {
     /// A cluster with the CRDs installed and the world running; no operator yet.
     pub async fn new() -> Self {
-        let server = ApiServer::default();
-        let client = server.client();
-        let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-        for crd in cnpool_api::crd::crds() {
-            crds.create(&PostParams::default(), &crd).await.expect("install CRD");
-        }
+        let target = Target::from_env();
+        let client = target.client().await;
+        let ns = match &target {
+            Target::Embedded(_) => "default".to_owned(),
+            Target::Real { .. } => {
+                let ns = fresh_namespace();
+                let namespaces: Api<Namespace> = Api::all(client.clone());
+                let namespace = serde_json::from_value(json!({"metadata": {"name": ns}})).expect("namespace");
+                namespaces.create(&PostParams::default(), &namespace).await.expect("create the test namespace");
+                // Admission rejects pods until the namespace's default service
+                // account has its token (the controller manager adds both).
+                let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), &ns);
+                eventually("the default service account has a token", Duration::from_secs(30), || async {
+                    let account = accounts.get_opt("default").await.map_err(|e| e.to_string())?;
+                    match account.and_then(|account| account.secrets).filter(|secrets| !secrets.is_empty()) {
+                        Some(_) => Ok(()),
+                        None => Err("no token yet".into()),
+                    }
+                })
+                .await;
+                ns
+            }
+        };
+        install_crds(&client, &ns).await;
         let (stop, _) = watch::channel(false);
-        let world = World::new(server.client(), MemoryRegistry::new(), WorldConfig::default());
+        // The world watches the pods of all namespaces; on a real server the
+        // tests run one at a time, so it sees only this cluster's.
+        let world = World::new(target.client().await, MemoryRegistry::new(), WorldConfig::default());
         tokio::spawn(world.clone().run(stopped(&stop)));
-        Self { server, client, world, stop }
+        Self { target, ns, client, world, stop }
     }
 
     /// Starts one operator instance with its own client.
-    pub fn start_operator(&self, instance: usize) {
+    pub async fn start_operator(&self, instance: usize) {
         let run = cnpool_controllers::run(
-            self.server.client(),
+            self.target.client().await,
             self.world.registry().clone(),
-            operator_config(instance),
+            operator_config(&self.ns, instance),
             stopped(&self.stop),
         );
         tokio::spawn(run);
@@ -92,22 +209,22 @@ impl Cluster {
     }
 
     pub fn pods(&self) -> Api<Pod> {
-        Api::namespaced(self.client.clone(), NS)
+        Api::namespaced(self.client.clone(), &self.ns)
     }
 
     pub fn claims(&self) -> Api<CNClaim> {
-        Api::namespaced(self.client.clone(), NS)
+        Api::namespaced(self.client.clone(), &self.ns)
     }
 
     pub fn pools(&self) -> Api<CNPool> {
-        Api::namespaced(self.client.clone(), NS)
+        Api::namespaced(self.client.clone(), &self.ns)
     }
 
     pub async fn create_pool(&self, max_idle: i32, max_pods: Option<i32>) {
         let pool: CNPool = serde_json::from_value(json!({
             "apiVersion": "core.matrixorigin.io/v1alpha1",
             "kind": "CNPool",
-            "metadata": {"name": POOL, "namespace": NS},
+            "metadata": {"name": POOL, "namespace": self.ns},
             "spec": {
                 "template": {"spec": {"containers": [{"name": "cn", "image": "matrixorigin/matrixone:test"}]}},
                 "podLabels": {"tier": "standard"},
@@ -127,7 +244,7 @@ impl Cluster {
         let claim: CNClaim = serde_json::from_value(json!({
             "apiVersion": "core.matrixorigin.io/v1alpha1",
             "kind": "CNClaim",
-            "metadata": {"name": name, "namespace": NS},
+            "metadata": {"name": name, "namespace": self.ns},
             "spec": {
                 "selector": {"matchLabels": {"tier": "standard"}},
                 "poolName": POOL,
@@ -181,42 +298,127 @@ where
     }
 }
 
-/// Every write the API server commits from its creation on, kept in order.
+/// The kinds the operator writes (besides Events), which `Commits` watches.
+fn watched_resources() -> [ApiResource; 5] {
+    [
+        ApiResource::erase::<Pod>(&()),
+        ApiResource::erase::<Service>(&()),
+        ApiResource::erase::<CNPool>(&()),
+        ApiResource::erase::<CNClaim>(&()),
+        ApiResource::erase::<CNClaimSet>(&()),
+    ]
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Change {
+    Added,
+    Modified,
+    Deleted,
+}
+
+/// One committed write as a watch reported it.
+pub struct Commit {
+    pub plural: String,
+    pub change: Change,
+    pub resource_version: String,
+    pub object: serde_json::Value,
+    /// The object's state before this write, from the previous event.
+    pub old: Option<serde_json::Value>,
+}
+
+/// Every write to the cluster's namespace from the recording's start on,
+/// in order per kind: a watch of each kind the operator writes, started at
+/// the resourceVersion of an initial list, so that no event is missed.
 #[derive(Clone, Default)]
 pub struct Commits {
-    events: Arc<Mutex<Vec<Arc<Event>>>>,
+    commits: Arc<Mutex<Vec<Arc<Commit>>>>,
+    /// Why a watch stopped before the recording's end, if it did.
+    broken: Arc<Mutex<Option<String>>>,
 }
 
 impl Commits {
-    /// Starts recording `server`'s commits.
-    pub fn record(server: &ApiServer) -> Self {
+    /// Starts recording the writes to `cluster`'s namespace; every write
+    /// after this returns is recorded.
+    pub async fn record(cluster: &Cluster) -> Self {
         let commits = Self::default();
-        let mut receiver = server.commits();
-        let events = commits.events.clone();
-        tokio::spawn(async move {
-            loop {
-                match receiver.recv().await {
-                    Ok(event) => events.lock().unwrap().push(event),
-                    Err(tokio::sync::broadcast::error::RecvError::Lagged(missed)) => {
-                        panic!("the commit recorder fell {missed} writes behind")
-                    }
-                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
-                }
-            }
-        });
+        for resource in watched_resources() {
+            let api: Api<DynamicObject> = Api::namespaced_with(cluster.target.client().await, &cluster.ns, &resource);
+            let listed = api.list(&ListParams::default()).await.expect("initial list");
+            let version = listed.metadata.resource_version.clone().expect("the list's resourceVersion");
+            let known: HashMap<String, serde_json::Value> = listed
+                .items
+                .into_iter()
+                .map(|object| (object.metadata.name.clone().unwrap_or_default(), to_json(&object)))
+                .collect();
+            tokio::spawn(commits.clone().follow(api, resource.plural, version, known));
+        }
         commits
     }
 
-    pub fn snapshot(&self) -> Vec<Arc<Event>> {
-        self.events.lock().unwrap().clone()
+    async fn follow(
+        self,
+        api: Api<DynamicObject>,
+        plural: String,
+        mut version: String,
+        mut known: HashMap<String, serde_json::Value>,
+    ) {
+        // The server ends a watch after its timeout; the next one resumes
+        // at the last version seen.
+        loop {
+            let mut events = match api.watch(&WatchParams::default().timeout(240), &version).await {
+                Ok(events) => events.boxed(),
+                Err(error) => return self.break_off(format!("{plural}: watch from {version}: {error}")),
+            };
+            while let Some(event) = events.next().await {
+                let (change, object) = match event {
+                    Ok(WatchEvent::Added(object)) => (Change::Added, object),
+                    Ok(WatchEvent::Modified(object)) => (Change::Modified, object),
+                    Ok(WatchEvent::Deleted(object)) => (Change::Deleted, object),
+                    Ok(WatchEvent::Bookmark(bookmark)) => {
+                        version = bookmark.metadata.resource_version;
+                        continue;
+                    }
+                    Ok(WatchEvent::Error(status)) => {
+                        return self.break_off(format!("{plural}: watch from {version}: {status:?}"));
+                    }
+                    Err(error) => return self.break_off(format!("{plural}: watch from {version}: {error}")),
+                };
+                let name = object.metadata.name.clone().unwrap_or_default();
+                version = object.metadata.resource_version.clone().unwrap_or_default();
+                let object = to_json(&object);
+                let old = match change {
+                    Change::Deleted => known.remove(&name),
+                    Change::Added | Change::Modified => known.insert(name, object.clone()),
+                };
+                let commit = Commit { plural: plural.clone(), change, resource_version: version.clone(), object, old };
+                self.commits.lock().unwrap().push(Arc::new(commit));
+            }
+        }
+    }
+
+    fn break_off(&self, why: String) {
+        *self.broken.lock().unwrap() = Some(why);
+    }
+
+    /// The writes recorded so far; fails if a watch broke off, since then
+    /// writes may be missing.
+    pub fn snapshot(&self) -> Vec<Arc<Commit>> {
+        if let Some(why) = self.broken.lock().unwrap().as_ref() {
+            panic!("the commit recorder missed writes: {why}");
+        }
+        self.commits.lock().unwrap().clone()
     }
 
     /// The committed states of objects of `plural` named `name`, in order.
     pub fn states_of(&self, plural: &str, name: &str) -> Vec<serde_json::Value> {
         self.snapshot()
             .iter()
-            .filter(|event| event.storage.plural == plural && event.object["metadata"]["name"] == name)
-            .map(|event| event.object.clone())
+            .filter(|commit| commit.plural == plural && commit.object["metadata"]["name"] == name)
+            .map(|commit| commit.object.clone())
             .collect()
     }
+}
+
+fn to_json(object: &DynamicObject) -> serde_json::Value {
+    serde_json::to_value(object).unwrap_or_default()
 }
