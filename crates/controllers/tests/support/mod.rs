@@ -19,7 +19,9 @@ use cnpool_world::{World, WorldConfig};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace, Pod, Service, ServiceAccount};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams, WatchParams};
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams, WatchParams,
+};
 use kube::core::WatchEvent;
 use serde_json::json;
 use tokio::sync::watch;
@@ -84,7 +86,8 @@ impl Drop for Cluster {
 }
 
 /// Deletes `ns`, best effort: also removes the finalizers of its objects,
-/// since no operator is left to remove them.
+/// since no operator is left to remove them, and ends its pods' graceful
+/// deletion, since no kubelet (the world) is left to confirm it.
 async fn delete_namespace(kubeconfig: &str, ns: &str) {
     let client = real_client(kubeconfig).await;
     let namespaces: Api<Namespace> = Api::all(client.clone());
@@ -99,6 +102,8 @@ async fn delete_namespace(kubeconfig: &str, ns: &str) {
             }
         }
     }
+    let pods: Api<Pod> = Api::namespaced(client, ns);
+    let _ = pods.delete_collection(&DeleteParams::default().grace_period(0), &ListParams::default()).await;
 }
 
 pub fn operator_config(ns: &str, instance: usize) -> Config {
