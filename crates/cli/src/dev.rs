@@ -2,14 +2,25 @@
 //! operator and a simulated node side (kubelet, CN processes, HAKeeper) —
 //! that a newcomer can point kubectl at; or, with `--cluster`, the operator
 //! and the simulated node side against an existing cluster.
+//!
+//! The simulated HAKeeper is served over MatrixOne's morpc protocol on
+//! loopback, and the operator — the one inside, or a `cnpool operator`
+//! started beside `cnpool dev --no-operator` — talks to it with the same
+//! client it uses against a real MatrixOne cluster. SIGUSR1 stops the
+//! simulated HAKeeper (its state kept, as a restarted HAKeeper keeps its
+//! log) and the next SIGUSR1 starts it again on the same port, to watch the
+//! operator ride out an outage.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use anyhow::Context;
+use cnpool_morpc::server::HaKeeperServer;
+use cnpool_registry::memory::MemoryRegistry;
 use futures::FutureExt;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::Api;
+use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::watch;
 
 #[derive(clap::Args)]
@@ -30,6 +41,10 @@ pub struct DevArgs {
     /// Namespace the operator watches (default: all).
     #[arg(long)]
     namespace: Option<String>,
+    /// Address to serve the simulated HAKeeper on (morpc over TCP, loopback
+    /// only); it is also the log set's discovery address.
+    #[arg(long, default_value = "127.0.0.1:32001")]
+    hakeeper_listen: SocketAddr,
 }
 
 pub async fn run(args: DevArgs) -> anyhow::Result<()> {
@@ -50,14 +65,23 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     install_crds(client.clone()).await?;
 
     let registry = cnpool_registry::memory::MemoryRegistry::new();
-    let world = cnpool_world::World::new(client.clone(), registry.clone(), cnpool_world::WorldConfig::default());
-    let mut tasks = vec![tokio::spawn(world.run(stopped())).boxed()];
+    let hakeeper = serve_hakeeper(args.hakeeper_listen, registry.clone()).await?;
+    let discovery = hakeeper.local_addr().to_string();
+    println!("cnpool dev: HAKeeper (morpc) on {discovery}; SIGUSR1 stops it, the next SIGUSR1 starts it again");
+    let world_config = cnpool_world::WorldConfig { cn_query_services: true, ..Default::default() };
+    let world = cnpool_world::World::new(client.clone(), registry.clone(), world_config);
+    let mut tasks = vec![
+        tokio::spawn(world.run(stopped())).boxed(),
+        tokio::spawn(toggle_hakeeper_on_sigusr1(hakeeper, registry, stopped())).boxed(),
+    ];
     if !args.no_operator {
         let config = cnpool_controllers::Config { namespace: args.namespace.clone(), ..Default::default() };
+        let registry = crate::operator::morpc_registry(&discovery)?;
         tasks.push(tokio::spawn(cnpool_controllers::run(client, registry, config, stopped())).boxed());
         println!("cnpool dev: operator and simulated node side running");
     } else {
-        println!("cnpool dev: simulated node side running (no operator)");
+        println!("cnpool dev: simulated node side running (no operator); start one with");
+        println!("  cnpool operator --kubeconfig KUBECONFIG --hakeeper-discovery {discovery}");
     }
     match serving {
         Some(serving) => tokio::select! {
@@ -78,12 +102,62 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
 }
 
 async fn cluster_client(path: &std::path::Path) -> anyhow::Result<kube::Client> {
-    let kubeconfig = kube::config::Kubeconfig::read_from(path)
-        .with_context(|| format!("--cluster {}: cannot read the kubeconfig", path.display()))?;
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+    let config = crate::operator::kube_config(Some(path)).await.context("--cluster")?;
+    kube::Client::try_from(config).context("--cluster: building the Kubernetes client")
+}
+
+async fn serve_hakeeper(address: SocketAddr, registry: MemoryRegistry) -> anyhow::Result<HaKeeperServer> {
+    if !address.ip().is_loopback() {
+        anyhow::bail!(
+            "--hakeeper-listen {address}: the simulated HAKeeper only listens on loopback; use 127.0.0.1:PORT"
+        );
+    }
+    HaKeeperServer::bind(address, registry)
         .await
-        .with_context(|| format!("--cluster {}: the kubeconfig's current context is unusable", path.display()))?;
-    kube::Client::try_from(config).context("building a client for --cluster")
+        .with_context(|| format!("--hakeeper-listen {address}: cannot bind; is the port in use?"))
+}
+
+/// Stops and restarts the simulated HAKeeper on each SIGUSR1, on the port it
+/// first bound, until `shutdown`.
+async fn toggle_hakeeper_on_sigusr1(
+    hakeeper: HaKeeperServer,
+    registry: MemoryRegistry,
+    shutdown: impl Future<Output = ()>,
+) {
+    let address = hakeeper.local_addr();
+    let mut running = Some(hakeeper);
+    let mut signals = match signal(SignalKind::user_defined1()) {
+        Ok(signals) => signals,
+        Err(error) => {
+            tracing::warn!(%error, "cannot listen for SIGUSR1; the simulated HAKeeper cannot be stopped");
+            shutdown.await;
+            return;
+        }
+    };
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        tokio::select! {
+            () = &mut shutdown => return,
+            _ = signals.recv() => {}
+        }
+        running = match running.take() {
+            Some(server) => {
+                server.shutdown().await;
+                println!("cnpool dev: HAKeeper stopped (SIGUSR1 starts it again)");
+                None
+            }
+            None => match HaKeeperServer::bind(address, registry.clone()).await {
+                Ok(server) => {
+                    println!("cnpool dev: HAKeeper started again on {address}");
+                    Some(server)
+                }
+                Err(error) => {
+                    println!("cnpool dev: HAKeeper cannot start again on {address}: {error}");
+                    None
+                }
+            },
+        };
+    }
 }
 
 type Serving = futures::future::BoxFuture<'static, std::io::Result<()>>;

@@ -7,12 +7,25 @@ use clap::{Parser, Subcommand};
 
 mod bench;
 mod dev;
+mod operator;
+mod probes;
+mod shadow;
 
 #[derive(Parser)]
 #[command(name = "cnpool", version, about = "Warm MatrixOne CN pods, handed out exclusively to claims")]
 struct Cli {
+    /// How log lines are written (to stderr): `text` for people, `json` for
+    /// a log pipeline. `RUST_LOG` sets the level (default `info`).
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
 }
 
 #[derive(Subcommand)]
@@ -23,19 +36,32 @@ enum Command {
     /// Serve an in-memory Kubernetes API (with cnpool's CRDs installed) on
     /// loopback and write a kubeconfig for it; runs until interrupted.
     Dev(dev::DevArgs),
+    /// Run the operator against a cluster and a MatrixOne cluster's HAKeeper,
+    /// until SIGTERM or Ctrl-C.
+    Operator(operator::OperatorArgs),
     /// Benchmarks; each prints a table (and JSON with --json).
     Bench(bench::BenchArgs),
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt().with_env_filter(tracing_subscriber::EnvFilter::from_default_env()).init();
-    match Cli::parse().command {
+    let cli = Cli::parse();
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // Colours only for a person at a terminal, never into a log file.
+    let colours = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let logs = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(colours);
+    match cli.log_format {
+        LogFormat::Text => logs.init(),
+        LogFormat::Json => logs.json().init(),
+    }
+    match cli.command {
         Command::Crd => {
             let yaml = cnpool_api::crd::crds_yaml().context("rendering the CRDs as YAML")?;
             std::io::stdout().lock().write_all(yaml.as_bytes()).context("writing the CRDs to stdout")?;
         }
         Command::Dev(args) => dev::run(args).await?,
+        Command::Operator(args) => operator::run(args).await?,
         Command::Bench(args) => bench::run(args).await?,
     }
     Ok(())

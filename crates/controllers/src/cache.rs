@@ -313,13 +313,15 @@ pub type Change<'a, K> = (Option<&'a Arc<K>>, Option<&'a Arc<K>>);
 /// Runs one kind's watch until `shutdown`: applies every event to the
 /// controller runtime's store `writer` and to `cache`, then tells
 /// `on_change`. Events of a relist are reported once the relist is complete,
-/// when the runtime's store has them too.
+/// when the runtime's store has them too; `on_first_list` is told once, when
+/// the first list is.
 pub async fn inform<K, I>(
     api: Api<K>,
     config: watcher::Config,
     mut writer: Writer<K>,
     cache: Arc<Cache<K, I>>,
     on_change: impl Fn(Change<'_, K>) + Send,
+    on_first_list: impl FnOnce() + Send,
     shutdown: Shared<futures::future::BoxFuture<'static, ()>>,
 ) where
     K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
@@ -328,6 +330,7 @@ pub async fn inform<K, I>(
 {
     let mut events = watcher(api, config).default_backoff().boxed();
     let mut relisted: Option<(HashSet<Key>, Vec<Arc<K>>)> = None;
+    let mut on_first_list = Some(on_first_list);
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
         let event = tokio::select! {
@@ -361,6 +364,9 @@ pub async fn inform<K, I>(
                 for object in listed {
                     let old = cache.upsert(object.clone());
                     on_change((old.as_ref(), Some(&object)));
+                }
+                if let Some(first) = on_first_list.take() {
+                    first();
                 }
             }
             watcher::Event::Apply(object) => {

@@ -601,6 +601,7 @@ async fn mark_lost<R>(
     set_condition(status, "False", reason.as_str(), reason.message(), snap.claim.metadata.generation);
     if let Some(written) = replace_status(ctx, &updated).await? {
         tracing::info!(claim = %view.name, from = ?from, to = "Lost", reason = reason.as_str(), "claim lost its pod");
+        ctx.metrics.claim_lost(reason.as_str());
         snap.claim = written;
         ctx.event(&snap.claim.object_ref(&()), true, reason.as_str(), "Lose", reason.message().to_owned()).await;
         return Ok(true);
@@ -620,6 +621,8 @@ async fn mark_bound<R>(
     let from = status.phase;
     status.phase = Some(ClaimPhase::Bound);
     let now = Time(jiff::Timestamp::now());
+    let bound_at = now.0;
+    let first_bind = status.bound_time.is_none();
     status.bound_time.get_or_insert_with(|| now.clone());
     if let Some(recorded) = status.store.as_mut() {
         recorded.bound_time.get_or_insert(now);
@@ -633,6 +636,10 @@ async fn mark_bound<R>(
     set_condition(status, "True", "Bound", &message, snap.claim.metadata.generation);
     if let Some(written) = replace_status(ctx, &updated).await? {
         tracing::info!(claim = %view.name, pod = %pod_name, from = ?from, to = "Bound", "claim bound");
+        if first_bind && let Some(created) = &snap.claim.metadata.creation_timestamp {
+            let waited = bound_at.duration_since(created.0);
+            ctx.metrics.claim_bound_after(waited.as_secs_f64().max(0.0));
+        }
         snap.claim = written;
         ctx.event(&snap.claim.object_ref(&()), false, "Bound", "Bind", message).await;
     }

@@ -49,6 +49,7 @@ pub struct Context<R> {
     pub claims: Arc<Claims>,
     pub pools: Arc<Pools>,
     pub wake: Wakers,
+    pub metrics: Arc<crate::Metrics>,
     stores: Mutex<StoreSnapshot>,
     backoff: Mutex<HashMap<(Kind, Key), u32>>,
     /// Pods this process acquired lately: other claims skip them while the
@@ -66,7 +67,7 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl<R> Context<R> {
-    pub fn new(client: kube::Client, registry: R, config: Config) -> Self {
+    pub fn new(client: kube::Client, registry: R, config: Config, metrics: Arc<crate::Metrics>) -> Self {
         let reporter = Reporter { controller: "cnpool".into(), instance: Some(config.instance.clone()) };
         Self {
             recorder: Recorder::new(client.clone(), reporter),
@@ -77,6 +78,7 @@ impl<R> Context<R> {
             claims: Arc::default(),
             pools: Arc::default(),
             wake: Wakers::new(),
+            metrics,
             stores: Mutex::default(),
             backoff: Mutex::default(),
             recently_acquired: Mutex::default(),

@@ -18,6 +18,7 @@ pub mod cache;
 pub mod claim;
 mod context;
 mod error;
+pub mod metrics;
 pub mod ownership;
 pub mod pool;
 pub mod store;
@@ -25,6 +26,7 @@ mod wake;
 
 use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use cnpool_api::{CNClaim, CNPool, labels};
@@ -38,6 +40,30 @@ use kube::runtime::watcher;
 
 pub use context::Context;
 pub use error::Error;
+pub use metrics::Metrics;
+
+/// What the process running the controllers can observe of them: their
+/// metrics, and whether their caches have been listed once (readiness).
+#[derive(Clone, Default)]
+pub struct Telemetry {
+    pub metrics: Arc<Metrics>,
+    listed: Arc<AtomicUsize>,
+}
+
+/// The kinds whose first list makes the controllers ready: pods, claims, pools.
+const INFORMERS: usize = 3;
+
+impl Telemetry {
+    /// Telemetry reporting to `metrics`.
+    pub fn new(metrics: Arc<Metrics>) -> Self {
+        Self { metrics, listed: Arc::default() }
+    }
+
+    /// Whether every cache has been listed since the controllers started.
+    pub fn ready(&self) -> bool {
+        self.listed.load(Ordering::Relaxed) >= INFORMERS
+    }
+}
 
 /// How the operator runs.
 #[derive(Clone, Debug)]
@@ -107,8 +133,28 @@ pub async fn run<R>(
 ) where
     R: StoreRegistry + 'static,
 {
+    run_observed(client, registry, config, Telemetry::default(), shutdown).await;
+}
+
+/// [`run`], reporting to `telemetry`.
+pub async fn run_observed<R>(
+    client: kube::Client,
+    registry: R,
+    config: Config,
+    telemetry: Telemetry,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) where
+    R: StoreRegistry + 'static,
+{
     let shutdown = shutdown.boxed().shared();
-    let ctx = Arc::new(Context::new(client.clone(), registry, config));
+    telemetry.listed.store(0, Ordering::Relaxed);
+    let ctx = Arc::new(Context::new(client.clone(), registry, config, Arc::clone(&telemetry.metrics)));
+    let listed = || {
+        let listed = Arc::clone(&telemetry.listed);
+        move || {
+            listed.fetch_add(1, Ordering::Relaxed);
+        }
+    };
     let pod_writer: Writer<Pod> = Writer::default();
     let claim_writer: Writer<CNClaim> = Writer::default();
     let pool_writer: Writer<CNPool> = Writer::default();
@@ -138,6 +184,7 @@ pub async fn run<R>(
                 pod_writer,
                 ctx.pods.clone(),
                 move |change| wake::pod_changed(&pod_ctx, change),
+                listed(),
                 shutdown.clone(),
             ),
             cache::inform(
@@ -146,6 +193,7 @@ pub async fn run<R>(
                 claim_writer,
                 ctx.claims.clone(),
                 move |change| wake::claim_changed(&claim_ctx, change),
+                listed(),
                 shutdown.clone(),
             ),
             cache::inform(
@@ -154,6 +202,7 @@ pub async fn run<R>(
                 pool_writer,
                 ctx.pools.clone(),
                 move |change| wake::pool_changed(&pool_ctx, change),
+                listed(),
                 shutdown.clone(),
             ),
             store::poll_registry(ctx.clone(), shutdown.clone()),
@@ -167,20 +216,43 @@ pub async fn run<R>(
         .with_config(controller_config.clone())
         .graceful_shutdown_on(shutdown.clone())
         .run(claim::reconcile, claim::error_policy, ctx.clone())
-        .for_each(|result| async move { log_outcome("CNClaim", result) });
+        .for_each(|result| {
+            ctx.metrics.reconciled("CNClaim", outcome_error(&result));
+            async move { log_outcome("CNClaim", result) }
+        });
     let pool_controller = Controller::for_stream(futures::stream::pending(), pool_reader)
         .reconcile_on(triggers.pools)
         .with_config(controller_config.clone())
         .graceful_shutdown_on(shutdown.clone())
         .run(pool::reconcile, pool::error_policy, ctx.clone())
-        .for_each(|result| async move { log_outcome("CNPool", result) });
+        .for_each(|result| {
+            ctx.metrics.reconciled("CNPool", outcome_error(&result));
+            async move { log_outcome("CNPool", result) }
+        });
     let store_controller = Controller::for_stream(futures::stream::pending(), pod_reader)
         .reconcile_on(triggers.pods)
         .with_config(controller_config)
         .graceful_shutdown_on(shutdown.clone())
         .run(store::reconcile, store::error_policy, ctx.clone())
-        .for_each(|result| async move { log_outcome("Pod", result) });
+        .for_each(|result| {
+            ctx.metrics.reconciled("Pod", outcome_error(&result));
+            async move { log_outcome("Pod", result) }
+        });
     futures::future::join4(informers, claim_controller, pool_controller, store_controller).await;
+}
+
+/// The metric label of a failed reconcile's error.
+fn outcome_error<K>(
+    result: &Result<(kube::runtime::reflector::ObjectRef<K>, Action), controller::Error<Error, watcher::Error>>,
+) -> Option<&'static str>
+where
+    K: kube::Resource,
+{
+    match result {
+        Ok(_) | Err(controller::Error::ObjectNotFound(_)) => None,
+        Err(controller::Error::ReconcilerFailed(error, _)) => Some(error.metric_label()),
+        Err(_) => Some("runtime"),
+    }
 }
 
 fn log_outcome<K, E: std::error::Error>(

@@ -311,6 +311,7 @@ async fn remove_finalizer<R>(ctx: &Context<R>, pool: &CNPool) -> Result<Action, 
     match pools.patch(&name, &PatchParams::default(), &Patch::Json::<()>(patch)).await {
         Ok(_) => {
             tracing::info!(pool = %name, "pool has no pods left; finalizer removed");
+            ctx.metrics.pool_observed(&namespace, &name, None);
             Ok(Action::await_change())
         }
         Err(error) if is_stale(&error) || is_not_found(&error) => Ok(Action::requeue(ctx.config.requeue_min)),
@@ -338,6 +339,7 @@ async fn write_status<R>(
         conditions: current.conditions.clone(),
         observed_generation: pool.metadata.generation,
     };
+    ctx.metrics.pool_observed(&pool.namespace().unwrap_or_default(), &pool.name_any(), Some(&status));
     if status == current {
         return Ok(());
     }

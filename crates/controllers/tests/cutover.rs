@@ -50,23 +50,6 @@ async fn go_bind(cluster: &Cluster, claim: &str, pod: &str) {
     cluster.claims().replace_status(claim, &PostParams::default(), &current).await.unwrap();
 }
 
-fn loss_reasons(commits: &Commits, name: &str) -> Vec<String> {
-    commits
-        .states_of("cnclaims", name)
-        .iter()
-        .filter(|claim| claim["status"]["phase"] == "Lost")
-        .filter_map(|claim| {
-            let conditions = claim["status"]["conditions"].as_array()?;
-            conditions.iter().find(|c| c["type"] == "Bound")?["reason"].as_str().map(str::to_owned)
-        })
-        .fold(Vec::new(), |mut reasons, reason| {
-            if reasons.last() != Some(&reason) {
-                reasons.push(reason);
-            }
-            reasons
-        })
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn objects_left_by_the_go_operator_are_repaired_on_start() {
     let cluster = Cluster::new().await;

@@ -16,18 +16,6 @@ use support::*;
 
 const BOUND: Duration = Duration::from_secs(30);
 
-async fn bound_pod(cluster: &Cluster, name: &str) -> (String, String) {
-    eventually(&format!("{name} Bound"), BOUND, || async {
-        let claim = cluster.claims().get(name).await.map_err(|e| e.to_string())?;
-        let recorded = claim.status.as_ref().and_then(|status| status.store.as_ref());
-        match (claim_phase(&claim), recorded.and_then(|store| store.pod_uid.clone())) {
-            (Some("Bound"), Some(uid)) => Ok((claim.spec.pod_name.clone(), uid)),
-            (phase, _) => Err(format!("phase {phase:?}")),
-        }
-    })
-    .await
-}
-
 /// Waits until the pod `name` of UID `uid` is gone (the pool may have
 /// created a new pod of the same name since).
 async fn gone(cluster: &Cluster, name: &str, uid: &str, within: Duration) {
@@ -51,7 +39,7 @@ async fn a_crashed_cn_is_retired_and_its_claim_rebinds() {
     cluster.create_claim("tenant", &[], &[]).await;
     let (pod, uid) = bound_pod(&cluster, "tenant").await;
 
-    cluster.world.crash(&cluster.ns, &pod).await.unwrap();
+    cluster.world().crash(&cluster.ns, &pod).await.unwrap();
     eventually("tenant rebound", BOUND, || async {
         let (_, now) = bound_pod(&cluster, "tenant").await;
         if now != uid { Ok(()) } else { Err("still on the crashed pod".into()) }

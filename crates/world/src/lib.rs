@@ -16,6 +16,11 @@
 //!   deletion with a delete of grace period 0, as a kubelet does.
 //! - **Faults**: [`World::crash`] fails a CN's pod, [`World::vanish_store`]
 //!   drops a store from HAKeeper while its pod runs.
+//! - **Query services**: with `cn_query_services`, each running CN serves
+//!   MatrixOne's query service over morpc on a loopback port and registers
+//!   that address, so that an operator using the real morpc client can read
+//!   its drain counters (`cnpool dev`). The pod IPs are made up and never
+//!   dialled.
 //!
 //! Nothing here draws random numbers: delays are parameters, pod IPs come
 //! from a counter, so the same inputs give the same writes.
@@ -26,6 +31,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use cnpool_api::labels;
+use cnpool_morpc::server::{ServerHandle, bind_query_service};
 use cnpool_registry::Workload;
 use cnpool_registry::memory::{MemoryRegistry, StoreAddresses};
 use futures::StreamExt;
@@ -47,6 +53,9 @@ pub struct WorldConfig {
     pub sessions_per_cn: u64,
     /// The node pods are scheduled to.
     pub node_name: String,
+    /// Whether each running CN serves its query service over morpc on
+    /// loopback (see the crate docs).
+    pub cn_query_services: bool,
 }
 
 impl Default for WorldConfig {
@@ -57,6 +66,7 @@ impl Default for WorldConfig {
             session_leave_delay: Duration::from_millis(300),
             sessions_per_cn: 2,
             node_name: "sim-node-0".into(),
+            cn_query_services: false,
         }
     }
 }
@@ -83,6 +93,8 @@ struct PodState {
     /// Bumped on every Bound/unbound change, so a delayed session departure
     /// does not undo a later bind.
     binding_epoch: u64,
+    /// The CN's query service while it runs; dropping it stops it.
+    query_service: Option<ServerHandle>,
 }
 
 #[derive(Default)]
@@ -220,17 +232,43 @@ impl World {
         }
         if let Some(uuid) = store_uuid(&pod) {
             let address = |port: u16| format!("{pod_ip}:{port}");
+            let query_address = match self.start_query_service(&pod, &uuid).await {
+                Some(served) => served,
+                None => address(19998),
+            };
             self.registry.register_store(
                 &uuid,
                 StoreAddresses {
                     service_address: address(6001),
                     sql_address: address(6001),
                     lock_service_address: address(6003),
-                    query_address: address(19998),
+                    query_address,
                 },
             );
             tracing::debug!(pod = %name, store = %uuid, "world: CN started and registered");
         }
+    }
+
+    /// Serves the CN's query service on loopback when the world is set to;
+    /// returns the address it serves on.
+    async fn start_query_service(&self, pod: &Pod, uuid: &str) -> Option<String> {
+        if !self.config.cn_query_services {
+            return None;
+        }
+        let service = match bind_query_service("127.0.0.1:0", self.registry.clone(), uuid).await {
+            Ok(service) => service,
+            Err(error) => {
+                tracing::warn!(store = %uuid, %error, "world: cannot serve the CN's query service on loopback");
+                return None;
+            }
+        };
+        let address = service.local_addr().to_string();
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        // A pod that went away meanwhile drops the service with its entry.
+        if let Some(entry) = self.state().pods.get_mut(&uid) {
+            entry.query_service = Some(service);
+        }
+        Some(address)
     }
 
     /// Assigns the pod to the world's node as a scheduler does: through the
@@ -264,6 +302,7 @@ impl World {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         if let Some(entry) = self.state().pods.get_mut(&uid) {
             entry.stopped = true;
+            entry.query_service = None;
         }
         // Read the pod again: its finalizers may be gone by now.
         let (namespace, name) = identity(&pod);
@@ -316,6 +355,11 @@ impl World {
         pods.patch_status(name, &PatchParams::default(), &Patch::Merge(&status)).await.map_err(kube_error)?;
         if let Some(uuid) = store_uuid(&pod) {
             self.registry.remove_store(&uuid);
+        }
+        if let Some(uid) = pod.metadata.uid.as_deref()
+            && let Some(entry) = self.state().pods.get_mut(uid)
+        {
+            entry.query_service = None;
         }
         Ok(())
     }

@@ -4,9 +4,18 @@
 //! client. The server is the embedded one, or — when `CNPOOL_E2E_KUBECONFIG`
 //! names a kubeconfig — a real kube-apiserver reached over HTTPS, where each
 //! cluster works in a fresh namespace of its own.
+//!
+//! The world and the operators run in the test's process ([`Cluster::new`]),
+//! or as processes of the `cnpool` binary ([`Cluster::with_processes`]):
+//! `cnpool dev --no-operator` and `cnpool operator`, talking morpc.
+//! [`binding`] holds the scenarios that run both ways.
+
+pub mod binding;
+mod processes;
 
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -15,6 +24,7 @@ use cnpool_api::{CNClaim, CNClaimSet, CNPool, labels};
 use cnpool_apiserver::ApiServer;
 use cnpool_controllers::Config;
 use cnpool_registry::memory::MemoryRegistry;
+use cnpool_registry::{CnStore, StoreRegistry};
 use cnpool_world::{World, WorldConfig};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace, Pod, Service, ServiceAccount};
@@ -32,7 +42,13 @@ const KUBECONFIG_VAR: &str = "CNPOOL_E2E_KUBECONFIG";
 /// Where a cluster's clients connect.
 enum Target {
     Embedded(ApiServer),
-    Real { kubeconfig: String },
+    Real {
+        kubeconfig: String,
+    },
+    /// The embedded server, served over HTTP by a `cnpool dev` process.
+    ServedByDev {
+        kubeconfig: PathBuf,
+    },
 }
 
 impl Target {
@@ -48,12 +64,27 @@ impl Target {
         match self {
             Self::Embedded(server) => server.client(),
             Self::Real { kubeconfig } => real_client(kubeconfig).await,
+            Self::ServedByDev { kubeconfig } => real_client(kubeconfig).await,
+        }
+    }
+
+    fn kubeconfig(&self) -> &Path {
+        match self {
+            Self::Embedded(_) => panic!("the in-process server has no kubeconfig"),
+            Self::Real { kubeconfig } => Path::new(kubeconfig),
+            Self::ServedByDev { kubeconfig } => kubeconfig,
         }
     }
 }
 
-async fn real_client(path: &str) -> kube::Client {
-    let kubeconfig = kube::config::Kubeconfig::read_from(path).expect("the kubeconfig in CNPOOL_E2E_KUBECONFIG");
+/// Who runs the simulated node side and the operators.
+enum NodeSide {
+    InProcess(World),
+    Processes(processes::Processes),
+}
+
+async fn real_client(path: impl AsRef<Path>) -> kube::Client {
+    let kubeconfig = kube::config::Kubeconfig::read_from(path).expect("the cluster's kubeconfig");
     let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await.expect("kube config");
     kube::Client::try_from(config).expect("kube client")
 }
@@ -62,7 +93,7 @@ pub struct Cluster {
     target: Target,
     pub ns: String,
     pub client: kube::Client,
-    pub world: World,
+    node_side: NodeSide,
     stop: watch::Sender<bool>,
 }
 
@@ -164,12 +195,46 @@ async fn install_crds(client: &kube::Client, ns: &str) {
 }
 
 impl Cluster {
-    /// A cluster with the CRDs installed and the world running; no operator yet.
+    /// A cluster with the CRDs installed and the world running in this
+    /// process; no operator yet.
     pub async fn new() -> Self {
         let target = Target::from_env();
+        let (stop, _) = watch::channel(false);
+        // The world watches the pods of all namespaces; on a real server the
+        // tests run one at a time, so it sees only this cluster's.
+        let world = World::new(target.client().await, MemoryRegistry::new(), WorldConfig::default());
+        tokio::spawn(world.clone().run(stopped(&stop)));
+        Self::with_node_side(target, NodeSide::InProcess(world), stop).await
+    }
+
+    /// A cluster whose node side is a `cnpool dev --no-operator` process of
+    /// `binary`, serving the embedded API itself unless
+    /// `CNPOOL_E2E_KUBECONFIG` names a real server; its operators are
+    /// `cnpool operator` processes.
+    pub async fn with_processes(binary: &str) -> Self {
+        static DEVS: AtomicUsize = AtomicUsize::new(0);
+        let tag = format!("{}-{}", std::process::id(), DEVS.fetch_add(1, Ordering::Relaxed));
+        let (target, node_side) = match Target::from_env() {
+            Target::Real { kubeconfig } => {
+                let api = processes::Api::Cluster { kubeconfig: &kubeconfig };
+                let node_side = processes::Processes::start(binary, api, &tag);
+                (Target::Real { kubeconfig }, node_side)
+            }
+            _ => {
+                let kubeconfig = std::env::temp_dir().join(format!("cnpool-e2e-{tag}.kubeconfig"));
+                let node_side =
+                    processes::Processes::start(binary, processes::Api::ServedByDev { kubeconfig: &kubeconfig }, &tag);
+                (Target::ServedByDev { kubeconfig }, node_side)
+            }
+        };
+        let (stop, _) = watch::channel(false);
+        Self::with_node_side(target, NodeSide::Processes(node_side), stop).await
+    }
+
+    async fn with_node_side(target: Target, node_side: NodeSide, stop: watch::Sender<bool>) -> Self {
         let client = target.client().await;
         let ns = match &target {
-            Target::Embedded(_) => "default".to_owned(),
+            Target::Embedded(_) | Target::ServedByDev { .. } => "default".to_owned(),
             Target::Real { .. } => {
                 let ns = fresh_namespace();
                 let namespaces: Api<Namespace> = Api::all(client.clone());
@@ -190,27 +255,71 @@ impl Cluster {
             }
         };
         install_crds(&client, &ns).await;
-        let (stop, _) = watch::channel(false);
-        // The world watches the pods of all namespaces; on a real server the
-        // tests run one at a time, so it sees only this cluster's.
-        let world = World::new(target.client().await, MemoryRegistry::new(), WorldConfig::default());
-        tokio::spawn(world.clone().run(stopped(&stop)));
-        Self { target, ns, client, world, stop }
+        Self { target, ns, client, node_side, stop }
     }
 
-    /// Starts one operator instance with its own client.
+    /// Starts one operator instance with its own client (its own process,
+    /// for a cluster [`Cluster::with_processes`]).
     pub async fn start_operator(&self, instance: usize) {
-        let run = cnpool_controllers::run(
-            self.target.client().await,
-            self.world.registry().clone(),
-            operator_config(&self.ns, instance),
-            stopped(&self.stop),
-        );
-        tokio::spawn(run);
+        match &self.node_side {
+            NodeSide::InProcess(world) => {
+                let run = cnpool_controllers::run(
+                    self.target.client().await,
+                    world.registry().clone(),
+                    operator_config(&self.ns, instance),
+                    stopped(&self.stop),
+                );
+                tokio::spawn(run);
+            }
+            NodeSide::Processes(processes) => processes.start_operator(self.target.kubeconfig(), &self.ns, instance),
+        }
     }
 
+    /// The in-process world, for scenarios that reach into it.
+    pub fn world(&self) -> &World {
+        match &self.node_side {
+            NodeSide::InProcess(world) => world,
+            NodeSide::Processes(_) => panic!("this scenario needs the in-process world"),
+        }
+    }
+
+    /// The in-process HAKeeper, for scenarios that reach into it.
     pub fn registry(&self) -> &MemoryRegistry {
-        self.world.registry()
+        self.world().registry()
+    }
+
+    /// The processes of a cluster [`Cluster::with_processes`].
+    pub fn processes(&self) -> &processes::Processes {
+        match &self.node_side {
+            NodeSide::InProcess(_) => panic!("this scenario needs a cluster of processes"),
+            NodeSide::Processes(processes) => processes,
+        }
+    }
+
+    /// The store `uuid` as HAKeeper has it now.
+    pub async fn store(&self, uuid: &str) -> Option<CnStore> {
+        self.stores().await.into_iter().find(|store| store.uuid == uuid)
+    }
+
+    /// Every store HAKeeper has now.
+    pub async fn stores(&self) -> Vec<CnStore> {
+        match &self.node_side {
+            NodeSide::InProcess(world) => world.registry().list_stores_now().expect("the in-memory HAKeeper"),
+            NodeSide::Processes(processes) => processes.registry.list_stores().await.expect("HAKeeper over morpc"),
+        }
+    }
+
+    /// Drops the store `uuid` from HAKeeper while its pod runs; returns
+    /// whether it was registered.
+    pub async fn vanish_store(&self, uuid: &str) -> bool {
+        match &self.node_side {
+            NodeSide::InProcess(world) => world.vanish_store(uuid),
+            NodeSide::Processes(processes) => {
+                let known = self.store(uuid).await.is_some();
+                processes.registry.delete_store(uuid).await.expect("DeleteCNStore over morpc");
+                known
+            }
+        }
     }
 
     pub fn pods(&self) -> Api<Pod> {
@@ -284,6 +393,38 @@ pub fn phase_count(pods: &[Pod], phase: &str) -> usize {
 
 pub fn claim_phase(claim: &CNClaim) -> Option<&'static str> {
     claim.phase().map(|phase| phase.as_str())
+}
+
+/// Waits until the claim `name` is Bound and returns its pod's name and UID.
+pub async fn bound_pod(cluster: &Cluster, name: &str) -> (String, String) {
+    eventually(&format!("{name} Bound"), Duration::from_secs(30), || async {
+        let claim = cluster.claims().get(name).await.map_err(|e| e.to_string())?;
+        let recorded = claim.status.as_ref().and_then(|status| status.store.as_ref());
+        match (claim_phase(&claim), recorded.and_then(|store| store.pod_uid.clone())) {
+            (Some("Bound"), Some(uid)) => Ok((claim.spec.pod_name.clone(), uid)),
+            (phase, _) => Err(format!("phase {phase:?}")),
+        }
+    })
+    .await
+}
+
+/// The reasons of the Lost states the claim `name` went through, in order,
+/// each once per stretch.
+pub fn loss_reasons(commits: &Commits, name: &str) -> Vec<String> {
+    commits
+        .states_of("cnclaims", name)
+        .iter()
+        .filter(|claim| claim["status"]["phase"] == "Lost")
+        .filter_map(|claim| {
+            let conditions = claim["status"]["conditions"].as_array()?;
+            conditions.iter().find(|c| c["type"] == "Bound")?["reason"].as_str().map(str::to_owned)
+        })
+        .fold(Vec::new(), |mut reasons, reason| {
+            if reasons.last() != Some(&reason) {
+                reasons.push(reason);
+            }
+            reasons
+        })
 }
 
 /// Polls `check` until it answers `Some`, or fails after `within` saying

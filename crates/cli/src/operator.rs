@@ -1,0 +1,355 @@
+//! `cnpool operator`: the controllers as their own process, against the
+//! cluster of a kubeconfig (or the pod's in-cluster config) and the
+//! MatrixOne cluster behind a HAKeeper discovery address; with health and
+//! metrics endpoints, Lease-based leader election, the admission webhook and
+//! shadow mode.
+//!
+//! Leader election only saves work: binding safety never depends on it
+//! (DESIGN §2), so a second replica that briefly believes it leads cannot
+//! bind two claims to one pod. Every replica serves the webhook and its
+//! probes; only the leader runs the controllers.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use cnpool_controllers::metrics::CountRequestsLayer;
+use cnpool_controllers::{Metrics, Telemetry};
+use cnpool_morpc::{MorpcOptions, MorpcRegistry};
+use cnpool_registry::StoreRegistry;
+use futures::FutureExt;
+use futures::future::{BoxFuture, Shared};
+use tokio::sync::watch;
+
+use crate::probes;
+use crate::shadow;
+
+#[derive(clap::Args)]
+pub struct OperatorArgs {
+    /// Kubeconfig to use; without it, `$KUBECONFIG`, then the in-cluster
+    /// service account.
+    #[arg(long, value_name = "PATH")]
+    kubeconfig: Option<PathBuf>,
+    /// Watch and act in this namespace only (default: all namespaces).
+    #[arg(long, value_name = "NS")]
+    namespace: Option<String>,
+    /// Reconciles run at once, per controller.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=256))]
+    workers: u16,
+    /// Client-side limit on Kubernetes API requests per second, on average
+    /// (0: none).
+    #[arg(long, default_value_t = 0)]
+    qps: u32,
+    /// With --qps: how many requests may go at once before the limit holds
+    /// them back.
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..))]
+    burst: u32,
+    /// `host:port` of the MatrixOne log set's discovery service, e.g.
+    /// `mo-log-discovery.mo.svc:32001`; HAKeeper is found through it.
+    #[arg(long, value_name = "HOST:PORT")]
+    hakeeper_discovery: String,
+    /// How long a running pod's store may be missing from HAKeeper before
+    /// its claim counts the pod as lost.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = go_duration)]
+    store_missing_bound: Duration,
+    /// How long a deleted pod waits for HAKeeper to remove its store
+    /// before it is let go anyway.
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = go_duration)]
+    store_removal_timeout: Duration,
+    /// How often a settled object is looked at again regardless of events.
+    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = go_duration)]
+    resync: Duration,
+    /// This instance's name, in Events and in the leader lease (default:
+    /// `$POD_NAME`, else the host name).
+    #[arg(long, env = "POD_NAME")]
+    identity: Option<String>,
+    /// `/healthz`, `/readyz` and `/metrics`, over plain HTTP.
+    #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:8080")]
+    probe_listen: SocketAddr,
+    /// Elect one leader among the replicas through a Lease; only the leader
+    /// runs the controllers.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
+    leader_elect: bool,
+    #[arg(long, default_value = "cnpool-operator")]
+    lease_name: String,
+    /// Namespace of the Lease (default: `$POD_NAMESPACE`, else the
+    /// kubeconfig's namespace).
+    #[arg(long, env = "POD_NAMESPACE", value_name = "NS")]
+    lease_namespace: Option<String>,
+    /// How long a leader's lease lasts without renewal: a replica takes
+    /// over at most this long after the leader died.
+    #[arg(long, value_name = "DURATION", default_value = "15s", value_parser = go_duration)]
+    lease_duration: Duration,
+    /// Serve the validating admission webhook over TLS from this directory's
+    /// `tls.crt` and `tls.key` (re-read when they change); without it no
+    /// webhook is served.
+    #[arg(long, value_name = "DIR")]
+    webhook_cert_dir: Option<PathBuf>,
+    #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:9443")]
+    webhook_listen: SocketAddr,
+    /// The user the API server names this operator as, the only one the
+    /// webhook lets bind a claim (default: its ServiceAccount
+    /// `system:serviceaccount:$POD_NAMESPACE:cnpool`).
+    #[arg(long, value_name = "USER")]
+    operator_user: Option<String>,
+    /// Shadow mode: read and decide everything, write nothing (every write
+    /// is sent with `dryRun=All`, HAKeeper is only read), and log each write
+    /// it would have made, once.
+    #[arg(long)]
+    dry_run: bool,
+}
+
+/// Reads a flag's duration in Go's notation (`30s`, `1m30s`), as the CRDs do.
+fn go_duration(text: &str) -> Result<Duration, cnpool_api::DurationError> {
+    cnpool_api::GoDuration::new(text).parse()
+}
+
+pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
+    let identity = match args.identity.clone() {
+        Some(identity) => identity,
+        None => hostname().context("--identity: no $POD_NAME and no host name; name this instance")?,
+    };
+    let mut metrics_registry = prometheus_client::registry::Registry::default();
+    let metrics = Arc::new(Metrics::register(&mut metrics_registry));
+    let telemetry = Telemetry::new(Arc::clone(&metrics));
+    let shadow = args.dry_run.then(|| Arc::new(shadow::Report::register(&mut metrics_registry)));
+    let kube_config = kube_config(args.kubeconfig.as_deref()).await?;
+    let default_namespace = kube_config.default_namespace.clone();
+    let client = client(kube_config, &metrics, (args.qps, args.burst), shadow.clone())?;
+    let registry = shadow::Registry::new(morpc_registry(&args.hakeeper_discovery)?, shadow.clone());
+    let config = cnpool_controllers::Config {
+        namespace: args.namespace.clone(),
+        workers: args.workers,
+        store_missing_bound: args.store_missing_bound,
+        store_removal_timeout: args.store_removal_timeout,
+        resync: args.resync,
+        instance: identity.clone(),
+        ..Default::default()
+    };
+    tracing::info!(
+        identity = %identity,
+        namespace = config.namespace.as_deref().unwrap_or("(all)"),
+        workers = config.workers,
+        hakeeper_discovery = %args.hakeeper_discovery,
+        leader_elect = args.leader_elect,
+        dry_run = args.dry_run,
+        "cnpool operator starting"
+    );
+    let shutdown = shutdown_signal().boxed().shared();
+
+    // The webhook first: claim creation fails closed while it is away.
+    let mut servers = Vec::new();
+    if let Some(dir) = &args.webhook_cert_dir {
+        let user = match &args.operator_user {
+            Some(user) => cnpool_webhook::OperatorIdentity::username(user.clone()),
+            None => {
+                let namespace = args.lease_namespace.as_deref().context(
+                    "--webhook-cert-dir: name the operator's user with --operator-user, or set $POD_NAMESPACE",
+                )?;
+                cnpool_webhook::OperatorIdentity::service_account(namespace, "cnpool")
+            }
+        };
+        let listener = std::net::TcpListener::bind(args.webhook_listen)
+            .with_context(|| format!("--webhook-listen {}: cannot bind", args.webhook_listen))?;
+        listener.set_nonblocking(true).context("webhook listener")?;
+        let tls = cnpool_webhook::TlsFiles { cert: dir.join("tls.crt"), key: dir.join("tls.key") };
+        let app = cnpool_webhook::router(user);
+        let serving = cnpool_webhook::serve_tls(listener, app, tls, Duration::from_secs(30), shutdown.clone());
+        servers.push(tokio::spawn(async move { serving.await.map_err(anyhow::Error::from) }));
+        tracing::info!(address = %args.webhook_listen, "admission webhook serving");
+    }
+    let probe_listener = tokio::net::TcpListener::bind(args.probe_listen)
+        .await
+        .with_context(|| format!("--probe-listen {}: cannot bind", args.probe_listen))?;
+    let probe_state = probes::State::new(metrics_registry, telemetry.clone(), args.leader_elect);
+    servers.push(tokio::spawn(probes::serve(probe_listener, probe_state.clone(), shutdown.clone())));
+
+    if args.leader_elect {
+        let namespace = args.lease_namespace.clone().unwrap_or(default_namespace);
+        let lease = LeaseSettings { name: args.lease_name.clone(), namespace, identity, duration: args.lease_duration };
+        lead_then_run(client, registry, config, telemetry, probe_state, lease, shutdown).await?;
+    } else {
+        probe_state.set_standing_by(false);
+        metrics.set_leader(true);
+        cnpool_controllers::run_observed(client, registry, config, telemetry, shutdown).await;
+    }
+    for server in servers {
+        match server.await {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => tracing::warn!(%error, "a server stopped with an error"),
+            Err(error) => tracing::warn!(%error, "a server task failed"),
+        }
+    }
+    if let Some(report) = shadow {
+        report.log_summary();
+    }
+    tracing::info!("cnpool operator stopped");
+    Ok(())
+}
+
+struct LeaseSettings {
+    name: String,
+    namespace: String,
+    identity: String,
+    duration: Duration,
+}
+
+/// Waits for the lease, runs the controllers while it is held, and stands
+/// by again when it is lost, until `shutdown`; then gives the lease up so
+/// that another replica takes over at once.
+async fn lead_then_run<R: StoreRegistry + Clone + 'static>(
+    client: kube::Client,
+    registry: R,
+    config: cnpool_controllers::Config,
+    telemetry: Telemetry,
+    probes: probes::State,
+    lease: LeaseSettings,
+    shutdown: Shared<BoxFuture<'static, ()>>,
+) -> anyhow::Result<()> {
+    let seconds = lease.duration.as_secs().max(2);
+    let manager = kube_lease_manager::LeaseManagerBuilder::new(client.clone(), &lease.name)
+        .with_namespace(&lease.namespace)
+        .with_identity(&lease.identity)
+        .with_duration(seconds)
+        // Renew with a third of the lease left, so one slow renewal is no loss.
+        .with_grace((seconds / 3).max(1))
+        .build()
+        .await
+        .with_context(|| {
+            format!(
+                "leader election: cannot use Lease {}/{} (on a server without server-side apply, such as \
+                 cnpool dev's, run with --leader-elect=false)",
+                lease.namespace, lease.name
+            )
+        })?;
+    let (mut leading, election) = manager.watch().await;
+    let mut shutdown_seen = std::pin::pin!(shutdown.clone());
+    loop {
+        tracing::info!(lease = %lease.name, identity = %lease.identity, "standing by for the leader lease");
+        tokio::select! {
+            () = &mut shutdown_seen => break,
+            changed = leading.wait_for(|leads| *leads) => if changed.is_err() { break },
+        }
+        tracing::info!(lease = %lease.name, identity = %lease.identity, "leading: controllers start");
+        telemetry.metrics.set_leader(true);
+        probes.set_standing_by(false);
+        let (stop, _) = watch::channel(false);
+        let stopped = {
+            let mut stopped = stop.subscribe();
+            async move {
+                let _ = stopped.wait_for(|stop| *stop).await;
+            }
+        };
+        let controllers = cnpool_controllers::run_observed(
+            client.clone(),
+            registry.clone(),
+            config.clone(),
+            telemetry.clone(),
+            stopped,
+        );
+        let mut controllers = std::pin::pin!(controllers);
+        let lost = tokio::select! {
+            () = &mut shutdown_seen => false,
+            _ = leading.wait_for(|leads| !*leads) => true,
+            () = &mut controllers => false,
+        };
+        let _ = stop.send(true);
+        controllers.await;
+        telemetry.metrics.set_leader(false);
+        probes.set_standing_by(true);
+        if !lost {
+            break;
+        }
+        tracing::warn!(lease = %lease.name, identity = %lease.identity, "lost the leader lease: controllers stopped");
+    }
+    drop(leading);
+    match election.await {
+        Ok(Ok(manager)) => {
+            if let Err(error) = manager.release().await {
+                tracing::warn!(%error, "could not give the leader lease up; the next leader waits for it to expire");
+            }
+        }
+        Ok(Err(error)) => tracing::warn!(%error, "leader election ended with an error"),
+        Err(error) => tracing::warn!(%error, "leader election task failed"),
+    }
+    Ok(())
+}
+
+/// The registry of the MatrixOne cluster whose log set's discovery service
+/// is at `discovery`.
+pub fn morpc_registry(discovery: &str) -> anyhow::Result<MorpcRegistry> {
+    let valid = discovery.rsplit_once(':').is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
+    if !valid {
+        anyhow::bail!(
+            "--hakeeper-discovery {discovery:?}: expected host:port of the log set's discovery service, \
+             e.g. mo-log-discovery.mo.svc:32001"
+        );
+    }
+    Ok(MorpcRegistry::new(MorpcOptions::new(discovery)))
+}
+
+/// The client configuration of `kubeconfig`, else of `$KUBECONFIG`, else
+/// of the in-cluster service account.
+pub async fn kube_config(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<kube::Config> {
+    match kubeconfig {
+        Some(path) => {
+            let kubeconfig = kube::config::Kubeconfig::read_from(path)
+                .with_context(|| format!("--kubeconfig {}: cannot read the kubeconfig", path.display()))?;
+            kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+                .await
+                .with_context(|| format!("--kubeconfig {}: the current context is unusable", path.display()))
+        }
+        None => kube::Config::infer()
+            .await
+            .context("no cluster to talk to: pass --kubeconfig, set KUBECONFIG, or run in a pod"),
+    }
+}
+
+/// A client that counts its requests in `metrics`, keeps to `qps` on
+/// average with bursts of `burst` (qps 0: no limit), and in shadow mode
+/// sends every write as a dry run.
+fn client(
+    config: kube::Config,
+    metrics: &Arc<Metrics>,
+    (qps, burst): (u32, u32),
+    shadow: Option<Arc<shadow::Report>>,
+) -> anyhow::Result<kube::Client> {
+    // A window of `burst` requests per `burst / qps` seconds.
+    let limit = (qps > 0).then(|| {
+        let window = Duration::from_secs_f64(f64::from(burst) / f64::from(qps));
+        tower::limit::RateLimitLayer::new(u64::from(burst), window)
+    });
+    let builder = kube::client::ClientBuilder::try_from(config).context("building the Kubernetes client")?;
+    let builder = builder.with_layer(&CountRequestsLayer::new(Arc::clone(metrics)));
+    let builder = builder.with_layer(&shadow::DryRunLayer::new(shadow));
+    let builder = builder.with_layer(&tower::util::option_layer(limit));
+    Ok(builder.build())
+}
+
+fn hostname() -> Option<String> {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|name| name.trim().to_owned())
+        .filter(|name| !name.is_empty())
+}
+
+/// Completes on SIGTERM (how Kubernetes stops a pod) or Ctrl-C.
+pub async fn shutdown_signal() {
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(error) => {
+                tracing::warn!(%error, "cannot listen for SIGTERM; stopping on Ctrl-C only");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    tokio::select! {
+        () = terminate => tracing::info!("SIGTERM: stopping"),
+        _ = tokio::signal::ctrl_c() => tracing::info!("interrupted: stopping"),
+    }
+}

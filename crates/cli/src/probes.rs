@@ -1,0 +1,73 @@
+//! The operator's plain-HTTP endpoints: `/healthz` (the process serves),
+//! `/readyz` (its caches are listed, or it stands by for the leader lease,
+//! ready to take over) and `/metrics` (Prometheus text format).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use axum::Router;
+use axum::extract::State as Shared;
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use cnpool_controllers::Telemetry;
+use prometheus_client::registry::Registry;
+
+#[derive(Clone)]
+pub struct State {
+    registry: Arc<Registry>,
+    telemetry: Telemetry,
+    /// True while this replica waits for the leader lease.
+    standing_by: Arc<AtomicBool>,
+}
+
+impl State {
+    pub fn new(registry: Registry, telemetry: Telemetry, standing_by: bool) -> Self {
+        Self { registry: Arc::new(registry), telemetry, standing_by: Arc::new(AtomicBool::new(standing_by)) }
+    }
+
+    pub fn set_standing_by(&self, standing_by: bool) {
+        self.standing_by.store(standing_by, Ordering::Relaxed);
+    }
+}
+
+pub fn router(state: State) -> Router {
+    Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .with_state(state)
+}
+
+async fn readyz(Shared(state): Shared<State>) -> (StatusCode, &'static str) {
+    if state.standing_by.load(Ordering::Relaxed) {
+        (StatusCode::OK, "standing by for the leader lease\n")
+    } else if state.telemetry.ready() {
+        (StatusCode::OK, "ok\n")
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "the controllers' caches are not listed yet\n")
+    }
+}
+
+async fn metrics(Shared(state): Shared<State>) -> impl IntoResponse {
+    let mut text = String::new();
+    match prometheus_client::encoding::text::encode(&mut text, &state.registry) {
+        Ok(()) => {
+            let kind = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+            (StatusCode::OK, [(header::CONTENT_TYPE, kind)], text)
+        }
+        Err(error) => (StatusCode::INTERNAL_SERVER_ERROR, [(header::CONTENT_TYPE, "text/plain")], format!("{error}\n")),
+    }
+}
+
+/// Serves [`router`] on `listener` until `shutdown`.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    state: State,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let address = listener.local_addr()?;
+    tracing::info!(%address, "health and metrics endpoints serving");
+    axum::serve(listener, router(state)).with_graceful_shutdown(shutdown).await?;
+    Ok(())
+}

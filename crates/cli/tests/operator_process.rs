@@ -1,0 +1,77 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test fails by panicking
+//! The binding core's end-to-end scenarios with `cnpool operator` as its own
+//! process, talking to the simulated HAKeeper of `cnpool dev --no-operator`
+//! over morpc with the client it uses against a real MatrixOne; and a
+//! HAKeeper outage that the operator rides out without a restart. On the
+//! embedded API server (served by the dev process), or on a real one when
+//! `CNPOOL_E2E_KUBECONFIG` names it.
+
+#[path = "../../controllers/tests/support/mod.rs"]
+mod support;
+
+use std::time::Duration;
+
+use cnpool_api::labels;
+use cnpool_registry::WorkState;
+use support::{Cluster, binding, bound_pod, claim_phase, eventually, label};
+
+const CNPOOL: &str = env!("CARGO_BIN_EXE_cnpool");
+
+async fn cluster() -> Cluster {
+    Cluster::with_processes(CNPOOL).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claims_bind_to_distinct_pods_whose_stores_carry_their_labels() {
+    binding::claims_bind_to_distinct_pods_whose_stores_carry_their_labels(&cluster().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_whose_pod_is_deleted_or_whose_store_vanishes_is_lost_then_rebound() {
+    binding::a_claim_whose_pod_is_deleted_or_whose_store_vanishes_is_lost_then_rebound(&cluster().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_claim_releases_its_pod_which_drains_back_to_idle_with_a_clean_store() {
+    binding::a_deleted_claim_releases_its_pod_which_drains_back_to_idle_with_a_clean_store(&cluster().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_settled_cluster_costs_no_writes() {
+    binding::a_settled_cluster_costs_no_writes(&cluster().await).await;
+}
+
+/// HAKeeper stops and starts again on the same address while claims are
+/// bound and one is waiting: nothing is Bound on a store that cannot be
+/// seen, and once HAKeeper is back the waiting claim binds, the bound ones
+/// stay, and the same operator process goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_operator_rides_out_a_hakeeper_restart() {
+    let cluster = cluster().await;
+    cluster.start_operator(0).await;
+    cluster.create_pool(2, Some(6)).await;
+    cluster.create_claim("before", &[("account", "acme")], &[]).await;
+    let (before_pod, before_uid) = bound_pod(&cluster, "before").await;
+
+    cluster.processes().toggle_hakeeper("cnpool dev: HAKeeper stopped");
+    cluster.create_claim("during", &[("account", "globex")], &[]).await;
+    // Longer than the registry poll, the bind of a claim with a warm pod and
+    // the operator's store cache together.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let during = cluster.claims().get("during").await.unwrap();
+    assert_ne!(claim_phase(&during), Some("Bound"), "Bound needs its store seen Working in HAKeeper");
+
+    cluster.processes().toggle_hakeeper("cnpool dev: HAKeeper started again");
+    let (during_pod, _) = bound_pod(&cluster, "during").await;
+    assert_ne!(during_pod, before_pod, "two claims, two pods");
+    let pod = cluster.pods().get(&during_pod).await.unwrap();
+    let uuid = label(&pod, labels::CN_UUID).unwrap().to_owned();
+    eventually("the new claim's store Working with its labels", binding::BIND, || async {
+        let store = cluster.store(&uuid).await.ok_or("no store")?;
+        let labelled = store.labels.get("account").is_some_and(|values| values == &["globex"]);
+        if store.work_state == WorkState::Working && labelled { Ok(()) } else { Err(format!("{store:?}")) }
+    })
+    .await;
+    assert_eq!(bound_pod(&cluster, "before").await, (before_pod, before_uid), "the bound claim kept its pod");
+    assert!(cluster.processes().operators_running(), "the operator was not restarted");
+}

@@ -1,0 +1,183 @@
+//! The binding core's end-to-end scenarios (DESIGN §2): the claim, pool and
+//! store controllers against a cluster, whichever runs them — in this
+//! process (tests/binding.rs) or as `cnpool operator` processes beside
+//! `cnpool dev --no-operator` (the cnpool crate's tests/operator_process.rs).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use cnpool_api::labels;
+use cnpool_registry::WorkState;
+
+use super::*;
+
+pub const BIND: Duration = Duration::from_secs(30);
+
+fn labels_of(pairs: &[(&str, &str)]) -> BTreeMap<String, Vec<String>> {
+    pairs.iter().map(|(k, v)| (k.to_string(), vec![v.to_string()])).collect()
+}
+
+pub async fn claims_bind_to_distinct_pods_whose_stores_carry_their_labels(cluster: &Cluster) {
+    cluster.start_operator(0).await;
+    cluster.create_pool(2, Some(10)).await;
+
+    eventually("the pool keeps 2 Idle pods", BIND, || async {
+        let pods = cluster.pool_pods().await;
+        let idle = phase_count(&pods, "Idle");
+        if idle == 2 && pods.len() == 2 { Ok(()) } else { Err(format!("{idle} Idle of {}", pods.len())) }
+    })
+    .await;
+
+    let wishes: [(&str, &[(&str, &str)]); 3] =
+        [("alpha", &[("account", "acme")]), ("beta", &[("account", "globex"), ("role", "tp")]), ("gamma", &[])];
+    for (name, cn_labels) in wishes {
+        cluster.create_claim(name, cn_labels, &[("team", name)]).await;
+    }
+
+    let bound = eventually("3 claims Bound to 3 distinct pods", BIND, || async {
+        let claims = cluster.all_claims().await;
+        let bound: BTreeMap<String, String> = claims
+            .iter()
+            .filter(|claim| claim_phase(claim) == Some("Bound"))
+            .map(|claim| (claim.metadata.name.clone().unwrap(), claim.spec.pod_name.clone()))
+            .collect();
+        let distinct: BTreeSet<&String> = bound.values().collect();
+        if bound.len() == 3 && distinct.len() == 3 { Ok(bound) } else { Err(format!("{bound:?}")) }
+    })
+    .await;
+
+    eventually("the pool refills to 2 Idle pods", BIND, || async {
+        let pods = cluster.pool_pods().await;
+        let idle = phase_count(&pods, "Idle");
+        if idle == 2 { Ok(()) } else { Err(format!("{idle} Idle")) }
+    })
+    .await;
+
+    let pods = cluster.pool_pods().await;
+    let claims = cluster.all_claims().await;
+    for (name, cn_labels) in wishes {
+        let claim = claims.iter().find(|claim| claim.metadata.name.as_deref() == Some(name)).unwrap();
+        let pod = pods.iter().find(|pod| pod.metadata.name.as_ref() == Some(&bound[name])).unwrap();
+        assert_eq!(label(pod, labels::CLAIM_UID), claim.metadata.uid.as_deref(), "{name}'s pod carries its UID");
+        assert_eq!(label(pod, labels::PHASE), Some("Bound"));
+        assert_eq!(label(pod, "team"), Some(name), "{name}'s additional pod label");
+        let store = cluster.store(label(pod, labels::CN_UUID).unwrap()).await.expect("store registered");
+        assert_eq!(store.work_state, WorkState::Working, "{name}'s store serves");
+        assert_eq!(store.labels, labels_of(cn_labels), "{name}'s store carries exactly its CN labels");
+        let recorded = claim.status.as_ref().and_then(|status| status.store.as_ref()).unwrap();
+        assert_eq!(recorded.pod_uid, pod.metadata.uid, "{name} recorded its pod's UID");
+    }
+}
+
+pub async fn a_claim_whose_pod_is_deleted_or_whose_store_vanishes_is_lost_then_rebound(cluster: &Cluster) {
+    let commits = Commits::record(cluster).await;
+    cluster.start_operator(0).await;
+    cluster.create_pool(1, Some(4)).await;
+    cluster.create_claim("tenant", &[("account", "acme")], &[]).await;
+    let (first_pod, first_uid) = bound_pod(cluster, "tenant").await;
+
+    cluster.pods().delete(&first_pod, &Default::default()).await.unwrap();
+    let (second_pod, second_uid) = eventually("tenant rebound to another pod", BIND, || async {
+        let (pod, uid) = bound_pod(cluster, "tenant").await;
+        if uid != first_uid { Ok((pod, uid)) } else { Err(format!("still on {pod}")) }
+    })
+    .await;
+    let reasons = loss_reasons(&commits, "tenant");
+    assert!(
+        reasons.iter().any(|reason| reason == "PodDeleting" || reason == "PodDeleted"),
+        "the claim went Lost saying its pod was deleted: {reasons:?}"
+    );
+    assert_ne!(second_pod, first_pod, "a pod being deleted is never bound again");
+
+    let pod = cluster.pods().get(&second_pod).await.unwrap();
+    assert!(cluster.vanish_store(label(&pod, labels::CN_UUID).unwrap()).await);
+    eventually("tenant rebound after its store vanished", BIND, || async {
+        let (pod, uid) = bound_pod(cluster, "tenant").await;
+        if uid != second_uid { Ok(()) } else { Err(format!("still on {pod}")) }
+    })
+    .await;
+    let reasons = loss_reasons(&commits, "tenant");
+    assert_eq!(reasons.last().map(String::as_str), Some("StoreMissing"), "{reasons:?}");
+}
+
+pub async fn a_deleted_claim_releases_its_pod_which_drains_back_to_idle_with_a_clean_store(cluster: &Cluster) {
+    let commits = Commits::record(cluster).await;
+    cluster.start_operator(0).await;
+    // One pod only, so that the released pod is neither retired by scale-in
+    // nor replaced.
+    cluster.create_pool(1, Some(1)).await;
+    cluster.create_claim("tenant", &[("account", "acme")], &[("team", "a")]).await;
+    let (pod_name, pod_uid) = bound_pod(cluster, "tenant").await;
+    let pod = cluster.pods().get(&pod_name).await.unwrap();
+    let uuid = label(&pod, labels::CN_UUID).unwrap().to_owned();
+
+    cluster.claims().delete("tenant", &Default::default()).await.unwrap();
+    eventually("the claim is gone", BIND, || async {
+        match cluster.claims().get_opt("tenant").await.unwrap() {
+            None => Ok(()),
+            Some(claim) => Err(format!("finalizers {:?}", claim.metadata.finalizers)),
+        }
+    })
+    .await;
+    let pod = eventually("the released pod is Idle again", BIND, || async {
+        let pod = cluster.pods().get(&pod_name).await.map_err(|e| e.to_string())?;
+        if label(&pod, labels::PHASE) == Some("Idle") {
+            Ok(pod)
+        } else {
+            Err(format!("{:?}", label(&pod, labels::PHASE)))
+        }
+    })
+    .await;
+    assert_eq!(pod.metadata.uid.as_deref(), Some(pod_uid.as_str()), "the same pod returned to the pool");
+    assert_eq!(label(&pod, labels::CLAIM_UID), None);
+    assert_eq!(label(&pod, "team"), None, "the claim's additional label left with it");
+    assert_eq!(label(&pod, labels::LAST_OWNER), Some("owner-tenant"));
+
+    let phases: Vec<String> = commits
+        .states_of("pods", &pod_name)
+        .iter()
+        .filter_map(|pod| pod["metadata"]["labels"][labels::PHASE].as_str().map(str::to_owned))
+        .collect::<Vec<_>>()
+        .into_iter()
+        .fold(Vec::new(), |mut seen, phase| {
+            if seen.last() != Some(&phase) {
+                seen.push(phase);
+            }
+            seen
+        });
+    assert_eq!(phases, ["Unknown", "Idle", "Bound", "Draining", "Idle"], "the pod's phases");
+
+    let store = cluster.store(&uuid).await.expect("the CN still runs");
+    assert_eq!(store.work_state, WorkState::Draining, "an unowned CN does not serve");
+    assert!(store.labels.is_empty(), "no labels of the deleted claim remain: {:?}", store.labels);
+    let labelled: Vec<_> = cluster.stores().await.into_iter().filter(|store| !store.labels.is_empty()).collect();
+    assert!(labelled.is_empty(), "no store is labelled for a deleted claim: {labelled:?}");
+}
+
+pub async fn a_settled_cluster_costs_no_writes(cluster: &Cluster) {
+    cluster.start_operator(0).await;
+    cluster.create_pool(2, Some(10)).await;
+    for name in ["alpha", "beta"] {
+        cluster.create_claim(name, &[("account", name)], &[]).await;
+    }
+    for name in ["alpha", "beta"] {
+        bound_pod(cluster, name).await;
+    }
+    eventually("the pool settles with 2 Idle pods", BIND, || async {
+        let pods = cluster.pool_pods().await;
+        let idle = phase_count(&pods, "Idle");
+        if idle == 2 && pods.len() == 4 { Ok(()) } else { Err(format!("{idle} Idle of {}", pods.len())) }
+    })
+    .await;
+    // Let the last stats and status writes land, then watch for a while:
+    // several registry polls, drain polls and stats refreshes.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let commits = Commits::record(cluster).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let writes: Vec<String> = commits
+        .snapshot()
+        .iter()
+        .map(|commit| format!("{} {} {:?}", commit.plural, commit.object["metadata"]["name"], commit.change))
+        .collect();
+    assert!(writes.is_empty(), "steady state wrote: {writes:?}");
+}
