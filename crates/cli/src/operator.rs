@@ -126,7 +126,7 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
         store_removal_timeout: args.store_removal_timeout,
         resync: args.resync,
         instance: identity.clone(),
-        ..Default::default()
+        ..shadow_timing(args.dry_run)
     };
     tracing::info!(
         identity = %identity,
@@ -187,6 +187,22 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
     }
     tracing::info!("cnpool operator stopped");
     Ok(())
+}
+
+/// The controllers' requeue timing. After a write the controllers look again
+/// soon, expecting their cache to show it; in shadow mode it never will, so
+/// they look again only every 10 s, backing off to 5 min, instead of
+/// repeating the same withheld decisions five times a second.
+fn shadow_timing(dry_run: bool) -> cnpool_controllers::Config {
+    let defaults = cnpool_controllers::Config::default();
+    if !dry_run {
+        return defaults;
+    }
+    cnpool_controllers::Config {
+        requeue_min: Duration::from_secs(10),
+        requeue_max: Duration::from_secs(300),
+        ..defaults
+    }
 }
 
 struct LeaseSettings {

@@ -16,9 +16,13 @@ use kube::client::Body;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::registry::Registry as MetricsRegistry;
 
-/// The writes shadow mode held back.
+/// The writes shadow mode held back. Since nothing lands, the same
+/// decisions come again on every requeue, with fresh timestamps in them:
+/// each write is logged the first time it is seen, writes that differ only
+/// in their timestamps counting as the same.
 #[derive(Debug, Default)]
 pub struct Report {
+    /// Each write logged, its timestamps blanked.
     seen: Mutex<BTreeSet<String>>,
     withheld: Counter,
 }
@@ -34,18 +38,40 @@ impl Report {
         report
     }
 
-    /// Logs `write` the first time it is seen.
-    fn withheld(&self, write: String) {
+    /// Counts a write to `target` (`METHOD path`) with `body`, and logs it
+    /// the first time it is seen.
+    fn withheld(&self, target: String, body: &str) {
         self.withheld.inc();
-        let first = self.seen.lock().unwrap_or_else(PoisonError::into_inner).insert(write.clone());
+        let key = format!("{target} {}", without_timestamps(body));
+        let first = self.seen.lock().unwrap_or_else(PoisonError::into_inner).insert(key);
         if first {
-            tracing::info!(write = %write, "shadow mode: would write");
+            tracing::info!(write = %format!("{target} {body}"), "shadow mode: would write");
         }
     }
 
     pub fn log_summary(&self) {
         let seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
         tracing::info!(distinct = seen.len(), total = self.withheld.get(), "shadow mode: writes withheld");
+    }
+}
+
+/// `body` with every JSON string that is a timestamp blanked; a body that
+/// is not JSON as it is.
+fn without_timestamps(body: &str) -> String {
+    fn blank(value: &mut serde_json::Value) {
+        match value {
+            serde_json::Value::String(text) if text.parse::<k8s_openapi::jiff::Timestamp>().is_ok() => text.clear(),
+            serde_json::Value::Array(items) => items.iter_mut().for_each(blank),
+            serde_json::Value::Object(fields) => fields.values_mut().for_each(blank),
+            _ => {}
+        }
+    }
+    match serde_json::from_str::<serde_json::Value>(body) {
+        Ok(mut json) => {
+            blank(&mut json);
+            json.to_string()
+        }
+        Err(_) => body.to_owned(),
     }
 }
 
@@ -93,7 +119,8 @@ where
         match &self.report {
             Some(report) if writes => {
                 let request = as_dry_run(request);
-                report.withheld(describe(&request));
+                let (target, body) = describe(&request);
+                report.withheld(target, &body);
                 self.inner.call(request)
             }
             _ => self.inner.call(request),
@@ -123,8 +150,9 @@ fn as_dry_run(request: Request<Body>) -> Request<Body> {
     Request::from_parts(parts, body)
 }
 
-/// `METHOD path body` of a write, without the query (where the dry run is).
-fn describe(request: &Request<Body>) -> String {
+/// `METHOD path` of a write, without the query (where the dry run is), and
+/// its body.
+fn describe(request: &Request<Body>) -> (String, String) {
     // kube's write bodies are whole in memory, so collecting a clone of one
     // is ready at once.
     let body = request
@@ -134,7 +162,7 @@ fn describe(request: &Request<Body>) -> String {
         .and_then(Result::ok)
         .map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
         .unwrap_or_default();
-    format!("{} {} {}", request.method(), request.uri().path(), body)
+    (format!("{} {}", request.method(), request.uri().path()), body)
 }
 
 /// The registry with its writes held back in shadow mode.
@@ -149,11 +177,12 @@ impl<R> Registry<R> {
         Self { inner, report }
     }
 
-    /// Whether the write described by `what` is held back.
-    fn withheld(&self, what: impl FnOnce() -> String) -> bool {
+    /// Whether the HAKeeper write `call` on store `uuid` (with `detail`) is
+    /// held back.
+    fn withheld(&self, call: &str, uuid: &str, detail: impl FnOnce() -> String) -> bool {
         match &self.report {
             Some(report) => {
-                report.withheld(what());
+                report.withheld(format!("HAKeeper {call} {uuid}"), &detail());
                 true
             }
             None => false,
@@ -167,21 +196,21 @@ impl<R: StoreRegistry> StoreRegistry for Registry<R> {
     }
 
     async fn patch_store(&self, uuid: &str, state: WorkState, labels: &StoreLabels) -> Result<(), RegistryError> {
-        if self.withheld(|| format!("HAKeeper PatchCNStore {uuid} state {state:?} labels {labels:?}")) {
+        if self.withheld("PatchCNStore", uuid, || format!("state {state:?} labels {labels:?}")) {
             return Ok(());
         }
         self.inner.patch_store(uuid, state, labels).await
     }
 
     async fn replace_labels(&self, uuid: &str, labels: &StoreLabels) -> Result<(), RegistryError> {
-        if self.withheld(|| format!("HAKeeper UpdateCNLabel {uuid} labels {labels:?}")) {
+        if self.withheld("UpdateCNLabel", uuid, || format!("labels {labels:?}")) {
             return Ok(());
         }
         self.inner.replace_labels(uuid, labels).await
     }
 
     async fn delete_store(&self, uuid: &str) -> Result<(), RegistryError> {
-        if self.withheld(|| format!("HAKeeper DeleteCNStore {uuid}")) {
+        if self.withheld("DeleteCNStore", uuid, String::new) {
             return Ok(());
         }
         self.inner.delete_store(uuid).await
@@ -208,12 +237,14 @@ mod tests {
     }
 
     #[test]
-    fn each_withheld_write_is_reported_once_and_counted_every_time() {
+    fn a_write_is_reported_once_whatever_its_timestamps_and_every_write_counted() {
         let report = Report::default();
-        report.withheld("PATCH /p {}".into());
-        report.withheld("PATCH /p {}".into());
-        report.withheld("DELETE /q ".into());
-        assert_eq!(report.withheld.get(), 3);
-        assert_eq!(report.seen.lock().unwrap().len(), 2);
+        let lost = |at: &str| format!(r#"{{"status":{{"phase":"Lost","lastTransitionTime":"{at}"}}}}"#);
+        report.withheld("PUT /c/status".into(), &lost("2026-12-01T07:44:11Z"));
+        report.withheld("PUT /c/status".into(), &lost("2026-12-01T07:44:21Z"));
+        report.withheld("PUT /c/status".into(), r#"{"status":{"phase":"Bound"}}"#);
+        report.withheld("DELETE /q".into(), "");
+        assert_eq!(report.withheld.get(), 4);
+        assert_eq!(report.seen.lock().unwrap().len(), 3, "the second Lost differs only in its time");
     }
 }

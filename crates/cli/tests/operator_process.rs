@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use cnpool_api::labels;
 use cnpool_registry::WorkState;
-use support::{Cluster, binding, bound_pod, claim_phase, eventually, label};
+use support::{Cluster, Commits, binding, bound_pod, claim_phase, eventually, label, legacy};
 
 const CNPOOL: &str = env!("CARGO_BIN_EXE_cnpool");
 
@@ -74,4 +74,59 @@ async fn the_operator_rides_out_a_hakeeper_restart() {
     .await;
     assert_eq!(bound_pod(&cluster, "before").await, (before_pod, before_uid), "the bound claim kept its pod");
     assert!(cluster.processes().operators_running(), "the operator was not restarted");
+}
+
+/// Shadow mode on a cluster as the Go operator leaves it: the operator reads
+/// and decides (it logs the adoption it would do: `claim-uid` onto each pod
+/// the Go operator bound) but writes nothing — no object's resourceVersion
+/// moves and HAKeeper's stores stay as they were.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shadow_mode_reports_the_adoption_and_writes_nothing() {
+    let cluster = cluster().await;
+    legacy::leave_go_operator_state(&cluster).await;
+    eventually("the Go operator's pods running", binding::BIND, || async {
+        let pods = cluster.pool_pods().await;
+        let running = pods
+            .iter()
+            .filter(|pod| pod.status.as_ref().and_then(|status| status.phase.as_deref()) == Some("Running"))
+            .count();
+        if running == legacy::HOLDERS.len() { Ok(()) } else { Err(format!("{running} running")) }
+    })
+    .await;
+    let stores = cluster.stores().await;
+    let commits = Commits::record(&cluster).await;
+
+    cluster.start_operator_with(0, &["--dry-run"]).await;
+    eventually("the adoption of every Go-bound pod reported", binding::BIND, || async {
+        let log = cluster.processes().operator_log(0);
+        let reported = |pod: &str| {
+            log.lines().any(|line| {
+                line.contains("shadow mode: would write")
+                    && line.contains(&format!("/pods/{pod} "))
+                    // a JSON-patch path spells the key's `/` as `~1`
+                    && line.contains("claim-uid")
+            })
+        };
+        let missing: Vec<&str> = legacy::HOLDERS.iter().map(|(pod, _)| *pod).filter(|pod| !reported(pod)).collect();
+        if missing.is_empty() { Ok(()) } else { Err(format!("not reported: {missing:?}")) }
+    })
+    .await;
+    // Long enough for several requeues of the decisions that could not land.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+
+    let writes: Vec<String> = commits
+        .snapshot()
+        .iter()
+        .map(|commit| format!("{} {} {:?}", commit.plural, commit.object["metadata"]["name"], commit.change))
+        .collect();
+    assert!(writes.is_empty(), "shadow mode wrote: {writes:?}");
+    assert_eq!(cluster.stores().await, stores, "shadow mode changed HAKeeper");
+    let log = cluster.processes().operator_log(0);
+    let reported: Vec<&str> =
+        log.lines().filter_map(|line| line.split_once("shadow mode: would write write=")).map(|(_, w)| w).collect();
+    let adoptions = reported.iter().filter(|write| write.contains("/pods/mo-0 ") && write.contains("claim-uid"));
+    assert_eq!(adoptions.count(), 1, "the adoption of mo-0 is reported once: {reported:#?}");
+    let distinct: std::collections::BTreeSet<&&str> = reported.iter().collect();
+    assert_eq!(distinct.len(), reported.len(), "no write is reported twice");
+    assert!(cluster.processes().operators_running());
 }

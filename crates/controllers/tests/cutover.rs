@@ -7,79 +7,14 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use cnpool_api::{CNClaim, labels};
-use cnpool_registry::{StoreLabels, WorkState};
-use k8s_openapi::api::core::v1::Pod;
-use kube::api::PostParams;
-use serde_json::json;
+use cnpool_registry::WorkState;
 use support::*;
-
-/// A pod as the Go operator leaves it bound to `claim`: phase Bound and
-/// `claimed-by`, but no `claim-uid`, no revision and no CN-store finalizer.
-fn go_pod(ns: &str, name: &str, claim: &str) -> Pod {
-    serde_json::from_value(json!({
-        "metadata": {
-            "name": name,
-            "namespace": ns,
-            "labels": {
-                labels::POOL_NAME: POOL,
-                labels::PHASE: "Bound",
-                labels::CLAIMED_BY: claim,
-                labels::OWNER: format!("owner-{claim}"),
-                "tier": "standard",
-            },
-        },
-        "spec": {"hostname": name, "subdomain": POOL, "containers": [{"name": "cn", "image": "matrixorigin/matrixone:go"}]},
-    }))
-    .unwrap()
-}
-
-/// Writes the status the Go operator gives a bound claim: phase Bound and
-/// the pod under the Go key `status.store.string`, no pod UID.
-async fn go_bind(cluster: &Cluster, claim: &str, pod: &str) {
-    let mut current = cluster.claims().get(claim).await.unwrap();
-    current.spec.pod_name = pod.to_owned();
-    let mut current = cluster.claims().replace(claim, &PostParams::default(), &current).await.unwrap();
-    current.status = Some(
-        serde_json::from_value(json!({
-            "phase": "Bound",
-            "store": {"string": pod, "workState": 1, "labels": [{"key": "account", "values": [claim]}]},
-            "boundTime": "2026-01-01T00:00:00Z",
-        }))
-        .unwrap(),
-    );
-    cluster.claims().replace_status(claim, &PostParams::default(), &current).await.unwrap();
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn objects_left_by_the_go_operator_are_repaired_on_start() {
     let cluster = Cluster::new().await;
     let commits = Commits::record(&cluster).await;
-    cluster.create_pool(1, Some(10)).await;
-    // mo-2 is the incident's state: the Go operator bound two claims to it;
-    // its claimed-by names "shared-a". "dangling" points at a pod that is gone.
-    let holders = [("mo-0", "solo"), ("mo-1", "other"), ("mo-2", "shared-a")];
-    for (pod, claim) in holders {
-        cluster.pods().create(&PostParams::default(), &go_pod(&cluster.ns, pod, claim)).await.unwrap();
-    }
-    for claim in ["solo", "other", "shared-a", "shared-b", "dangling"] {
-        cluster.create_claim(claim, &[("account", claim)], &[]).await;
-    }
-    for (claim, pod) in
-        [("solo", "mo-0"), ("other", "mo-1"), ("shared-a", "mo-2"), ("shared-b", "mo-2"), ("dangling", "mo-9")]
-    {
-        go_bind(&cluster, claim, pod).await;
-    }
-    // The Go CNs serve their tenants' labels.
-    for (pod, claim) in holders {
-        let uuid = cnpool_api::cn_store_uuid(pod, POOL, &cluster.ns);
-        eventually(&format!("{pod}'s CN registered"), Duration::from_secs(10), || async {
-            cluster.registry().store(&uuid).map(|_| ()).ok_or_else(|| "not yet".to_string())
-        })
-        .await;
-        let account: StoreLabels = [("account".to_string(), vec![claim.to_string()])].into();
-        cluster.registry().replace_labels_now(&uuid, &account).unwrap();
-    }
-
+    legacy::leave_go_operator_state(&cluster).await;
     cluster.start_operator(0).await;
 
     let claims: Vec<CNClaim> =

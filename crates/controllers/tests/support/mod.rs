@@ -11,6 +11,7 @@
 //! [`binding`] holds the scenarios that run both ways.
 
 pub mod binding;
+pub mod legacy;
 mod processes;
 
 use std::collections::{BTreeMap, HashMap};
@@ -261,6 +262,12 @@ impl Cluster {
     /// Starts one operator instance with its own client (its own process,
     /// for a cluster [`Cluster::with_processes`]).
     pub async fn start_operator(&self, instance: usize) {
+        self.start_operator_with(instance, &[]).await;
+    }
+
+    /// [`Cluster::start_operator`], with `cnpool operator` flags `extra`
+    /// for a cluster of processes.
+    pub async fn start_operator_with(&self, instance: usize, extra: &[&str]) {
         match &self.node_side {
             NodeSide::InProcess(world) => {
                 let run = cnpool_controllers::run(
@@ -271,7 +278,9 @@ impl Cluster {
                 );
                 tokio::spawn(run);
             }
-            NodeSide::Processes(processes) => processes.start_operator(self.target.kubeconfig(), &self.ns, instance),
+            NodeSide::Processes(processes) => {
+                processes.start_operator(self.target.kubeconfig(), &self.ns, instance, extra)
+            }
         }
     }
 
@@ -306,6 +315,16 @@ impl Cluster {
         match &self.node_side {
             NodeSide::InProcess(world) => world.registry().list_stores_now().expect("the in-memory HAKeeper"),
             NodeSide::Processes(processes) => processes.registry.list_stores().await.expect("HAKeeper over morpc"),
+        }
+    }
+
+    /// Replaces the labels of the store `uuid`, as a tenant's CN had them.
+    pub async fn label_store(&self, uuid: &str, labels: &cnpool_registry::StoreLabels) {
+        match &self.node_side {
+            NodeSide::InProcess(world) => world.registry().replace_labels_now(uuid, labels).expect("UpdateCNLabel"),
+            NodeSide::Processes(processes) => {
+                processes.registry.replace_labels(uuid, labels).await.expect("UpdateCNLabel over morpc")
+            }
         }
     }
 

@@ -72,9 +72,9 @@ impl Processes {
 
     /// Starts a `cnpool operator` for `namespace`, with the short bounds the
     /// in-process operators of the tests use where the command has flags.
-    pub fn start_operator(&self, kubeconfig: &Path, namespace: &str, instance: usize) {
-        let name = format!("operator-{instance}.log");
-        let log = log_file(&self.logs, &name);
+    /// `extra` flags go last.
+    pub fn start_operator(&self, kubeconfig: &Path, namespace: &str, instance: usize, extra: &[&str]) {
+        let log = log_file(&self.logs, &Self::operator_log_name(instance));
         let operator = Command::new(&self.binary)
             .arg("operator")
             .arg("--kubeconfig")
@@ -85,12 +85,22 @@ impl Processes {
             // The embedded server has no server-side apply, which the lease
             // needs; binding safety does not depend on a leader anyway.
             .args(["--leader-elect=false", "--probe-listen", "127.0.0.1:0"])
+            .args(extra)
             .env("RUST_LOG", "info")
             .stdout(log.try_clone().expect("a second handle of the log"))
             .stderr(log)
             .spawn()
             .expect("start cnpool operator");
         self.operators.lock().unwrap().push(operator);
+    }
+
+    fn operator_log_name(instance: usize) -> String {
+        format!("operator-{instance}.log")
+    }
+
+    /// What operator `instance` has logged so far.
+    pub fn operator_log(&self, instance: usize) -> String {
+        std::fs::read_to_string(self.logs.join(Self::operator_log_name(instance))).unwrap_or_default()
     }
 
     /// Whether every operator started is still running.
