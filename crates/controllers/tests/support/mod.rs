@@ -39,6 +39,7 @@ use tokio::sync::watch;
 
 pub const POOL: &str = "mo";
 const KUBECONFIG_VAR: &str = "CNPOOL_E2E_KUBECONFIG";
+const OPERATOR_KUBECONFIG_VAR: &str = "CNPOOL_E2E_OPERATOR_KUBECONFIG";
 
 /// Where a cluster's clients connect.
 enum Target {
@@ -69,11 +70,16 @@ impl Target {
         }
     }
 
-    fn kubeconfig(&self) -> &Path {
+    /// The kubeconfig operator processes use: on a real server the one
+    /// `CNPOOL_E2E_OPERATOR_KUBECONFIG` names when set (CI's: the
+    /// ServiceAccount bound to deploy/rbac), else the cluster's.
+    fn operator_kubeconfig(&self) -> PathBuf {
         match self {
             Self::Embedded(_) => panic!("the in-process server has no kubeconfig"),
-            Self::Real { kubeconfig } => Path::new(kubeconfig),
-            Self::ServedByDev { kubeconfig } => kubeconfig,
+            Self::Real { kubeconfig } => {
+                std::env::var_os(OPERATOR_KUBECONFIG_VAR).map_or_else(|| PathBuf::from(kubeconfig), PathBuf::from)
+            }
+            Self::ServedByDev { kubeconfig } => kubeconfig.clone(),
         }
     }
 }
@@ -279,7 +285,7 @@ impl Cluster {
                 tokio::spawn(run);
             }
             NodeSide::Processes(processes) => {
-                processes.start_operator(self.target.kubeconfig(), &self.ns, instance, extra)
+                processes.start_operator(&self.target.operator_kubeconfig(), &self.ns, instance, extra)
             }
         }
     }
@@ -489,6 +495,8 @@ pub struct Commit {
     pub object: serde_json::Value,
     /// The object's state before this write, from the previous event.
     pub old: Option<serde_json::Value>,
+    /// When the recorder saw it (a watch's lag after the write).
+    pub seen_at: Instant,
 }
 
 /// Every write to the cluster's namespace from the recording's start on,
@@ -555,7 +563,9 @@ impl Commits {
                     Change::Deleted => known.remove(&name),
                     Change::Added | Change::Modified => known.insert(name, object.clone()),
                 };
-                let commit = Commit { plural: plural.clone(), change, resource_version: version.clone(), object, old };
+                let seen_at = Instant::now();
+                let commit =
+                    Commit { plural: plural.clone(), change, resource_version: version.clone(), object, old, seen_at };
                 self.commits.lock().unwrap().push(Arc::new(commit));
             }
         }

@@ -103,6 +103,14 @@ impl Processes {
         std::fs::read_to_string(self.logs.join(Self::operator_log_name(instance))).unwrap_or_default()
     }
 
+    /// SIGKILLs every operator still running.
+    pub fn kill_operators(&self) {
+        for operator in self.operators.lock().unwrap().iter_mut() {
+            let _ = operator.kill();
+            let _ = operator.wait();
+        }
+    }
+
     /// Whether every operator started is still running.
     pub fn operators_running(&self) -> bool {
         self.operators.lock().unwrap().iter_mut().all(|operator| matches!(operator.try_wait(), Ok(None)))
