@@ -4,7 +4,9 @@
 # then once with each verb of each rule taken away, and prints which test
 # steps break. Not part of CI (it runs the test once per verb).
 #
-#   ci/rbac-rules.sh [TEST_COMMAND...]
+#   ci/rbac-rules.sh                  # the probe (below) as the test
+#   ci/rbac-rules.sh --with-operator  # the real operator's scenario (below)
+#   ci/rbac-rules.sh TEST_COMMAND...  # any test
 #
 # Needs KUBECONFIG pointing at a server with an admin identity
 # (ci/kube/start.sh), kubectl and jq. The test command runs with
@@ -14,12 +16,13 @@
 # claims and pods as admin); it fails when a step fails and prints one line
 # per failed step, "FAIL <step> -- <why>".
 #
-# Without a command it runs its own probe (`ci/rbac-rules.sh --probe`): as
-# the ServiceAccount, the same API requests the controllers send — the
-# resources, verbs, subresources and patch types of crates/controllers — one
-# step each, plus requests the operator must NOT be able to make. It is a
-# stand-in for the operator's end-to-end scenario until `cnpool operator`
-# runs as its own process; pass that scenario as TEST_COMMAND then.
+# The probe (`--probe`): as the ServiceAccount, the same API requests the
+# operator sends — the resources, verbs, subresources and patch types of
+# crates/controllers and of its Lease — one step each, plus requests the
+# operator must NOT be able to make. It shows which request needs which
+# verb. The scenario (`--scenario`, needs `cnpool`): the operator itself, as
+# the ServiceAccount, binding and releasing a claim; it shows the rules are
+# enough for the code as it is, not only for the requests listed here.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/.." && pwd)
@@ -172,9 +175,12 @@ metadata: {name: cnpool-operator}
 spec: {holderIdentity: probe, leaseDurationSeconds: 15}
 YAML
   step "get the Lease" as_lease get lease cnpool-operator -o name
-  step "renew the Lease (replace at the resourceVersion read)" sh -c \
-    "kubectl -n $op_ns get lease cnpool-operator -o json | jq '.spec.leaseDurationSeconds = 16' |
-     KUBECONFIG=$sa kubectl -n $op_ns replace -f -"
+  local leases=/apis/coordination.k8s.io/v1/namespaces/$op_ns/leases
+  step "take the Lease (server-side apply)" patch_as_op "$leases/cnpool-operator?fieldManager=cnpool-probe" \
+    application/apply-patch+yaml \
+    '{"apiVersion":"coordination.k8s.io/v1","kind":"Lease","spec":{"holderIdentity":"probe","leaseDurationSeconds":15}}'
+  step "renew the Lease (strategic merge patch)" patch_as_op "$leases/cnpool-operator" \
+    application/strategic-merge-patch+json '{"spec":{"renewTime":"2026-01-01T00:00:00.000000Z"}}'
 
   # What the operator must not do.
   refused "read Secrets" as_op get secrets
@@ -188,6 +194,8 @@ YAML
   refused "read Leases in another namespace" as_op get leases
   refused "read a Lease of another name" as_lease get lease other
   refused "read CRDs" as_op get crds
+  refused "replace (not patch) the Lease" sh -c \
+    "kubectl -n $op_ns get lease cnpool-operator -o json | KUBECONFIG=$sa kubectl -n $op_ns replace -f -"
 
   # Leave no finalizer behind, as admin.
   kubectl -n "$op_ns" delete lease cnpool-operator >/dev/null 2>&1
@@ -199,9 +207,81 @@ YAML
 
 if [[ ${1:-} == --probe ]]; then probe; exit; fi
 
+# --- the scenario ----------------------------------------------------------
+# The real thing: `cnpool operator` (CNPOOL_BIN, else `cnpool` on PATH) as
+# the ServiceAccount, with leader election, beside `cnpool dev --cluster
+# --no-operator` (run as admin: the simulated kubelet and HAKeeper). A pool
+# and a claim are created as admin; the claim must be Bound, then the claim
+# and the pool must go (the operator releases the pod and drops the
+# finalizers), and no API request of the operator may have been refused
+# (its /metrics count requests by HTTP status).
+scenario() {
+  local bin=${CNPOOL_BIN:-cnpool} sa=${CNPOOL_OPERATOR_KUBECONFIG:?} ns=$test_ns
+  local hakeeper=127.0.0.1:${CNPOOL_RBAC_HAKEEPER_PORT:-32101} probes=127.0.0.1:${CNPOOL_RBAC_PROBE_PORT:-28080}
+  local dir failed=0 dev op i
+  dir=$(mktemp -d)
+  fail() { failed=1; printf 'FAIL %s -- %s\n' "$1" "$2"; }
+  clean() {
+    kubectl -n "$ns" delete cnclaim,cnpool --all --wait=false >/dev/null 2>&1
+    for o in $(kubectl -n "$ns" get pods,cnclaims,cnpools -o name 2>/dev/null); do
+      kubectl -n "$ns" patch "$o" --type=merge -p '{"metadata":{"finalizers":null}}' >/dev/null 2>&1
+    done
+    kubectl -n "$ns" delete pods --all --grace-period=0 --force >/dev/null 2>&1
+    kubectl -n "$op_ns" delete lease cnpool-operator --ignore-not-found >/dev/null 2>&1
+  }
+  clean
+  "$bin" dev --cluster "$KUBECONFIG" --no-operator --hakeeper-listen "$hakeeper" \
+    --kubeconfig "$dir/dev.kubeconfig" >"$dir/dev.log" 2>&1 &
+  dev=$!
+  for i in $(seq 1 50); do grep -q "node side running" "$dir/dev.log" && break; sleep 0.2; done
+  "$bin" operator --kubeconfig "$sa" --hakeeper-discovery "$hakeeper" --lease-namespace "$op_ns" \
+    --identity rbac-scenario --probe-listen "$probes" >"$dir/op.log" 2>&1 &
+  op=$!
+  local ready=
+  for i in $(seq 1 75); do
+    kill -0 "$op" 2>/dev/null || break
+    [[ $(curl -s -o /dev/null -w '%{http_code}' "http://$probes/readyz") == 200 ]] &&
+      grep -q "leading: controllers start" "$dir/op.log" && { ready=1; break; }
+    sleep 0.2
+  done
+  if [[ -z $ready ]]; then
+    if kill -0 "$op" 2>/dev/null; then fail "operator leads and is ready" "not within 15 s: $(tail -1 "$dir/op.log")"
+    else fail "operator leads and is ready" "exited: $(grep -v '^$' "$dir/op.log" | tail -1)"; fi
+  else
+    kubectl -n "$ns" apply -f "$repo/examples/pool.yaml" -f "$repo/examples/claim.yaml" >/dev/null
+    local phase=
+    for i in $(seq 1 100); do
+      phase=$(kubectl -n "$ns" get cnclaim test -o jsonpath='{.status.phase}' 2>/dev/null)
+      [[ $phase == Bound ]] && break
+      sleep 0.2
+    done
+    if [[ $phase != Bound ]]; then fail "claim Bound" "phase '${phase}' after 20 s"
+    else
+      kubectl -n "$ns" delete cnclaim test --wait=false >/dev/null
+      kubectl -n "$ns" wait --for=delete cnclaim/test --timeout=20s >/dev/null 2>&1 ||
+        fail "claim deleted (pod released, finalizer dropped)" "still there after 20 s"
+      kubectl -n "$ns" delete cnpool default --wait=false >/dev/null
+      kubectl -n "$ns" wait --for=delete cnpool/default --timeout=20s >/dev/null 2>&1 ||
+        fail "pool deleted (pods retired, finalizers dropped)" "still there after 20 s"
+    fi
+  fi
+  local refused
+  refused=$(curl -s "http://$probes/metrics" | grep '^cnpool_api_requests_total{.*code="403"}' |
+    sed -E 's/.*verb="([^"]*)",resource="([^"]*)".*/\1 \2/' | sort -u | paste -sd ',' | sed 's/,/, /g')
+  [[ -n $refused ]] && fail "no request refused" "403 for: $refused"
+  kill "$op" "$dev" 2>/dev/null; wait "$op" "$dev" 2>/dev/null
+  clean
+  [[ $failed -eq 0 ]] || { sed 's/^/  op: /' "$dir/op.log" | grep -i 'forbidden\|error' | tail -3 >&2; }
+  rm -rf "$dir"
+  return $failed
+}
+
+if [[ ${1:-} == --scenario ]]; then scenario; exit; fi
+
 # --- the driver ------------------------------------------------------------
 test_cmd=("$@")
 [[ ${#test_cmd[@]} -eq 0 ]] && test_cmd=("$0" --probe)
+[[ ${test_cmd[0]} == --with-operator ]] && test_cmd=("$0" --scenario)
 
 kubectl apply -f "$repo/deploy/crds/cnpool.yaml" >/dev/null
 kubectl wait --for condition=Established --timeout=60s crd/cnpools.core.matrixorigin.io crd/cnclaims.core.matrixorigin.io >/dev/null
