@@ -140,7 +140,7 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
     let shutdown = shutdown_signal().boxed().shared();
 
     // The webhook first: claim creation fails closed while it is away.
-    let mut servers = Vec::new();
+    let mut servers = tokio::task::JoinSet::new();
     if let Some(dir) = &args.webhook_cert_dir {
         let user = match &args.operator_user {
             Some(user) => cnpool_webhook::OperatorIdentity::username(user.clone()),
@@ -154,32 +154,50 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
         let listener = std::net::TcpListener::bind(args.webhook_listen)
             .with_context(|| format!("--webhook-listen {}: cannot bind", args.webhook_listen))?;
         listener.set_nonblocking(true).context("webhook listener")?;
+        let address = listener.local_addr().context("webhook listener")?;
         let tls = cnpool_webhook::TlsFiles { cert: dir.join("tls.crt"), key: dir.join("tls.key") };
         let app = cnpool_webhook::router(user);
         let serving = cnpool_webhook::serve_tls(listener, app, tls, Duration::from_secs(30), shutdown.clone());
-        servers.push(tokio::spawn(async move { serving.await.map_err(anyhow::Error::from) }));
-        tracing::info!(address = %args.webhook_listen, "admission webhook serving");
+        servers.spawn(async move { serving.await.context("the admission webhook") });
+        tracing::info!(%address, "admission webhook listening");
     }
     let probe_listener = tokio::net::TcpListener::bind(args.probe_listen)
         .await
         .with_context(|| format!("--probe-listen {}: cannot bind", args.probe_listen))?;
     let probe_state = probes::State::new(metrics_registry, telemetry.clone(), args.leader_elect);
-    servers.push(tokio::spawn(probes::serve(probe_listener, probe_state.clone(), shutdown.clone())));
+    let probes = probes::serve(probe_listener, probe_state.clone(), shutdown.clone());
+    servers.spawn(async move { probes.await.context("the probe and metrics endpoints") });
 
-    if args.leader_elect {
-        let namespace = args.lease_namespace.clone().unwrap_or(default_namespace);
-        let lease = LeaseSettings { name: args.lease_name.clone(), namespace, identity, duration: args.lease_duration };
-        lead_then_run(client, registry, config, telemetry, probe_state, lease, shutdown).await?;
-    } else {
-        probe_state.set_standing_by(false);
-        metrics.set_leader(true);
-        cnpool_controllers::run_observed(client, registry, config, telemetry, shutdown).await;
+    let controllers = async {
+        if args.leader_elect {
+            let namespace = args.lease_namespace.clone().unwrap_or(default_namespace);
+            let lease =
+                LeaseSettings { name: args.lease_name.clone(), namespace, identity, duration: args.lease_duration };
+            lead_then_run(client, registry, config, telemetry, probe_state, lease, shutdown).await
+        } else {
+            probe_state.set_standing_by(false);
+            metrics.set_leader(true);
+            cnpool_controllers::run_observed(client, registry, config, telemetry, shutdown).await;
+            Ok(())
+        }
+    };
+    // A server that fails (a bad certificate, say) stops the operator rather
+    // than leave it running without its webhook or probes.
+    let mut controllers = std::pin::pin!(controllers);
+    loop {
+        tokio::select! {
+            result = &mut controllers => break result?,
+            Some(ended) = servers.join_next() => match ended {
+                // It stopped for the shutdown.
+                Ok(Ok(())) => {}
+                Ok(Err(error)) => return Err(error),
+                Err(error) => return Err(anyhow::Error::from(error).context("a server task failed")),
+            },
+        }
     }
-    for server in servers {
-        match server.await {
-            Ok(Ok(())) => {}
-            Ok(Err(error)) => tracing::warn!(%error, "a server stopped with an error"),
-            Err(error) => tracing::warn!(%error, "a server task failed"),
+    while let Some(ended) = servers.join_next().await {
+        if let Ok(Err(error)) = ended {
+            tracing::warn!(error = format!("{error:#}"), "a server stopped with an error");
         }
     }
     if let Some(report) = shadow {

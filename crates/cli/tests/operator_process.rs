@@ -114,11 +114,7 @@ async fn shadow_mode_reports_the_adoption_and_writes_nothing() {
     // Long enough for several requeues of the decisions that could not land.
     tokio::time::sleep(Duration::from_secs(3)).await;
 
-    let writes: Vec<String> = commits
-        .snapshot()
-        .iter()
-        .map(|commit| format!("{} {} {:?}", commit.plural, commit.object["metadata"]["name"], commit.change))
-        .collect();
+    let writes = commits.summaries();
     assert!(writes.is_empty(), "shadow mode wrote: {writes:?}");
     assert_eq!(cluster.stores().await, stores, "shadow mode changed HAKeeper");
     let log = cluster.processes().operator_log(0);

@@ -82,11 +82,10 @@ pub async fn a_claim_whose_pod_is_deleted_or_whose_store_vanishes_is_lost_then_r
         if uid != first_uid { Ok((pod, uid)) } else { Err(format!("still on {pod}")) }
     })
     .await;
-    let reasons = loss_reasons(&commits, "tenant");
-    assert!(
-        reasons.iter().any(|reason| reason == "PodDeleting" || reason == "PodDeleted"),
-        "the claim went Lost saying its pod was deleted: {reasons:?}"
-    );
+    seen_lost(&commits, "tenant", "saying its pod was deleted", |reasons| {
+        reasons.iter().any(|reason| reason == "PodDeleting" || reason == "PodDeleted")
+    })
+    .await;
     assert_ne!(second_pod, first_pod, "a pod being deleted is never bound again");
 
     let pod = cluster.pods().get(&second_pod).await.unwrap();
@@ -96,8 +95,20 @@ pub async fn a_claim_whose_pod_is_deleted_or_whose_store_vanishes_is_lost_then_r
         if uid != second_uid { Ok(()) } else { Err(format!("still on {pod}")) }
     })
     .await;
-    let reasons = loss_reasons(&commits, "tenant");
-    assert_eq!(reasons.last().map(String::as_str), Some("StoreMissing"), "{reasons:?}");
+    seen_lost(&commits, "tenant", "last for StoreMissing", |reasons| {
+        reasons.last().map(String::as_str) == Some("StoreMissing")
+    })
+    .await;
+}
+
+/// Waits until the recorder has seen `claim` go Lost as `expected` says
+/// (its watch may lag the reads that saw what followed).
+async fn seen_lost(commits: &Commits, claim: &str, what: &str, expected: impl Fn(&[String]) -> bool) {
+    eventually(&format!("{claim} seen Lost {what}"), Duration::from_secs(10), || async {
+        let reasons = loss_reasons(commits, claim);
+        if expected(&reasons) { Ok(()) } else { Err(format!("{reasons:?}")) }
+    })
+    .await;
 }
 
 pub async fn a_deleted_claim_releases_its_pod_which_drains_back_to_idle_with_a_clean_store(cluster: &Cluster) {
@@ -133,18 +144,25 @@ pub async fn a_deleted_claim_releases_its_pod_which_drains_back_to_idle_with_a_c
     assert_eq!(label(&pod, "team"), None, "the claim's additional label left with it");
     assert_eq!(label(&pod, labels::LAST_OWNER), Some("owner-tenant"));
 
-    let phases: Vec<String> = commits
-        .states_of("pods", &pod_name)
-        .iter()
-        .filter_map(|pod| pod["metadata"]["labels"][labels::PHASE].as_str().map(str::to_owned))
-        .collect::<Vec<_>>()
-        .into_iter()
-        .fold(Vec::new(), |mut seen, phase| {
-            if seen.last() != Some(&phase) {
-                seen.push(phase);
-            }
-            seen
-        });
+    // The recorder's watch may lag the read that saw the pod Idle.
+    let phases = eventually("the recorder has seen the pod Idle again", Duration::from_secs(10), || async {
+        let phases = commits
+            .states_of("pods", &pod_name)
+            .iter()
+            .filter_map(|pod| pod["metadata"]["labels"][labels::PHASE].as_str().map(str::to_owned))
+            .fold(Vec::<String>::new(), |mut seen, phase| {
+                if seen.last() != Some(&phase) {
+                    seen.push(phase);
+                }
+                seen
+            });
+        if phases.len() > 1 && phases.last().map(String::as_str) == Some("Idle") {
+            Ok(phases)
+        } else {
+            Err(format!("{phases:?}"))
+        }
+    })
+    .await;
     assert_eq!(phases, ["Unknown", "Idle", "Bound", "Draining", "Idle"], "the pod's phases");
 
     let store = cluster.store(&uuid).await.expect("the CN still runs");
@@ -174,10 +192,6 @@ pub async fn a_settled_cluster_costs_no_writes(cluster: &Cluster) {
     tokio::time::sleep(Duration::from_secs(2)).await;
     let commits = Commits::record(cluster).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let writes: Vec<String> = commits
-        .snapshot()
-        .iter()
-        .map(|commit| format!("{} {} {:?}", commit.plural, commit.object["metadata"]["name"], commit.change))
-        .collect();
+    let writes = commits.summaries();
     assert!(writes.is_empty(), "steady state wrote: {writes:?}");
 }

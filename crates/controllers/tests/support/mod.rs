@@ -584,6 +584,14 @@ impl Commits {
         self.commits.lock().unwrap().clone()
     }
 
+    /// Each write recorded so far as `plural name change`.
+    pub fn summaries(&self) -> Vec<String> {
+        self.snapshot()
+            .iter()
+            .map(|commit| format!("{} {} {:?}", commit.plural, commit.object["metadata"]["name"], commit.change))
+            .collect()
+    }
+
     /// The committed states of objects of `plural` named `name`, in order.
     pub fn states_of(&self, plural: &str, name: &str) -> Vec<serde_json::Value> {
         self.snapshot()
