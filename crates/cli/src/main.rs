@@ -7,6 +7,7 @@ use clap::{Parser, Subcommand};
 
 mod bench;
 mod dev;
+mod sim;
 
 #[derive(Parser)]
 #[command(name = "cnpool", version, about = "Warm MatrixOne CN pods, handed out exclusively to claims")]
@@ -25,6 +26,9 @@ enum Command {
     Dev(dev::DevArgs),
     /// Benchmarks; each prints a table (and JSON with --json).
     Bench(bench::BenchArgs),
+    /// Simulate a scenario deterministically for many seeds and check the
+    /// invariants; exits non-zero when one is broken.
+    Sim(sim::SimArgs),
 }
 
 #[tokio::main]
@@ -37,6 +41,13 @@ async fn main() -> anyhow::Result<()> {
         }
         Command::Dev(args) => dev::run(args).await?,
         Command::Bench(args) => bench::run(args).await?,
+        Command::Sim(args) => {
+            // Each seed builds a runtime of its own, on a thread of its own.
+            let passed = tokio::task::spawn_blocking(move || sim::run(args)).await??;
+            if !passed {
+                std::process::exit(1);
+            }
+        }
     }
     Ok(())
 }

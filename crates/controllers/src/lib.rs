@@ -156,12 +156,7 @@ pub struct Wiring<R> {
 
 /// Builds the operator's context and watches; nothing runs until the
 /// returned futures are polled.
-pub fn wire<R>(
-    client: kube::Client,
-    registry: R,
-    config: Config,
-    shutdown: Shared<BoxFuture<'static, ()>>,
-) -> Wiring<R>
+pub fn wire<R>(client: kube::Client, registry: R, config: Config, shutdown: Shared<BoxFuture<'static, ()>>) -> Wiring<R>
 where
     R: StoreRegistry + 'static,
 {
