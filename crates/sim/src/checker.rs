@@ -355,12 +355,13 @@ impl Checker {
     /// I5 and I6 once the run has settled: `quiet_writes` operator writes
     /// in the last quiet window, `busiest` the most reconciles of one object
     /// in one minute.
-    pub fn settled(&mut self, now: Duration, quiet_writes: usize, busiest: Option<(String, usize)>) {
+    pub fn settled(&mut self, now: Duration, quiet_writes: usize, busiest: Option<(String, usize, Duration)>) {
         if quiet_writes > 0 {
             self.violate(Invariant::I5, now, format!("{quiet_writes} operator writes in the last 10 quiet minutes"));
         }
-        if let Some((object, count)) = busiest.filter(|(_, count)| *count > 30) {
-            self.violate(Invariant::I5, now, format!("{object} reconciled {count} times in one minute"));
+        if let Some((object, count, from)) = busiest.filter(|(_, count, _)| *count > 30) {
+            let detail = format!("{object} reconciled {count} times in the minute from {:.0}s", from.as_secs_f64());
+            self.violate(Invariant::I5, from, detail);
         }
         let in_use = self.pods.values().filter(|pod| !pod.deleting && pod.claim_uid.is_some()).count() as u32;
         let idle = self.pods.values().filter(|pod| !pod.deleting && pod.phase == "Idle").count() as u32;

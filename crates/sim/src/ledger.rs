@@ -216,11 +216,12 @@ impl Ledger {
         self.state().write_times.iter().filter(|at| **at >= since).count()
     }
 
-    /// The object reconciled most often within one minute: (object, count).
-    pub fn busiest_minute(&self) -> Option<(String, usize)> {
+    /// The object reconciled most often within one minute: (object, count,
+    /// when that minute began).
+    pub fn busiest_minute(&self) -> Option<(String, usize, Duration)> {
         let state = self.state();
         let minute = Duration::from_secs(60);
-        let mut busiest: Option<(String, usize)> = None;
+        let mut busiest: Option<(String, usize, Duration)> = None;
         for (object, times) in &state.reconciles_by_object {
             let mut first = 0;
             for (last, at) in times.iter().enumerate() {
@@ -228,8 +229,8 @@ impl Ledger {
                     first += 1;
                 }
                 let count = last - first + 1;
-                if busiest.as_ref().is_none_or(|(_, most)| count > *most) {
-                    busiest = Some((object.clone(), count));
+                if busiest.as_ref().is_none_or(|(_, most, _)| count > *most) {
+                    busiest = Some((object.clone(), count, times[first]));
                 }
             }
         }

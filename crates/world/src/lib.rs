@@ -117,8 +117,12 @@ impl World {
         self
     }
 
+    /// The time of day at second precision, as Kubernetes writes times: a
+    /// guard that compares a status read back as `k8s_openapi` types with
+    /// the stored JSON must see the same text.
     fn now(&self) -> String {
-        (self.now)().to_string()
+        let now = (self.now)();
+        Timestamp::from_second(now.as_second()).unwrap_or(now).to_string()
     }
 
     /// The HAKeeper the world's CNs register with.
