@@ -33,14 +33,14 @@ pub struct SimArgs {
 }
 
 enum Source {
-    File(Scenario),
+    File(Box<Scenario>),
     Random,
 }
 
 impl Source {
     fn scenario(&self, seed: u64) -> Scenario {
         match self {
-            Source::File(scenario) => scenario.clone(),
+            Source::File(scenario) => scenario.as_ref().clone(),
             Source::Random => Scenario::random(seed),
         }
     }
@@ -53,7 +53,7 @@ pub fn run(args: SimArgs) -> anyhow::Result<bool> {
     }
     let source = match args.scenario.as_str() {
         "random" => Source::Random,
-        path => Source::File(Scenario::load(path)?),
+        path => Source::File(Box::new(Scenario::load(path)?)),
     };
     let name = match &source {
         Source::File(scenario) => scenario.name.clone(),

@@ -179,13 +179,14 @@ pub enum ScenarioError {
     Parse {
         path: String,
         #[source]
-        source: serde_saphyr::Error,
+        source: Box<serde_saphyr::Error>,
     },
 }
 
 impl Scenario {
     pub fn from_yaml(path: &str, text: &str) -> Result<Self, ScenarioError> {
-        serde_saphyr::from_str(text).map_err(|source| ScenarioError::Parse { path: path.to_owned(), source })
+        serde_saphyr::from_str(text)
+            .map_err(|source| ScenarioError::Parse { path: path.to_owned(), source: Box::new(source) })
     }
 
     pub fn load(path: &str) -> Result<Self, ScenarioError> {
