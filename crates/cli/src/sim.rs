@@ -6,8 +6,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
 use anyhow::Context;
+use cnpool_sim::report::Page;
 use cnpool_sim::summary::Summary;
-use cnpool_sim::{Outcome, Scenario};
+use cnpool_sim::{Keep, Outcome, Scenario};
 
 #[derive(clap::Args)]
 pub struct SimArgs {
@@ -24,6 +25,9 @@ pub struct SimArgs {
     /// Write the trace of the (single) seed to this file.
     #[arg(long)]
     trace: Option<String>,
+    /// Write an HTML page with the (single) seed's timeline to DIR/index.html.
+    #[arg(long, value_name = "DIR")]
+    report: Option<String>,
     /// Print the summary as JSON.
     #[arg(long)]
     json: bool,
@@ -48,9 +52,10 @@ impl Source {
 
 /// Runs the seeds; returns whether every one kept every invariant.
 pub fn run(args: SimArgs) -> anyhow::Result<bool> {
-    if args.trace.is_some() && args.seeds != 1 {
-        anyhow::bail!("--trace writes one seed's trace: use it with --seeds 1");
+    if (args.trace.is_some() || args.report.is_some()) && args.seeds != 1 {
+        anyhow::bail!("--trace and --report show one seed: use them with --seeds 1");
     }
+    let keep = Keep { trace: args.trace.is_some(), report: args.report.is_some() };
     let source = match args.scenario.as_str() {
         "random" => Source::Random,
         path => Source::File(Box::new(Scenario::load(path)?)),
@@ -79,7 +84,7 @@ pub fn run(args: SimArgs) -> anyhow::Result<bool> {
                         return;
                     }
                     let seed = args.seed + index;
-                    let outcome = match cnpool_sim::run(&source.scenario(seed), seed, args.trace.is_some()) {
+                    let outcome = match cnpool_sim::run(&source.scenario(seed), seed, keep) {
                         Ok(outcome) => outcome,
                         Err(error) => {
                             let error = anyhow::Error::new(error).context(format!("seed {seed}"));
@@ -87,9 +92,9 @@ pub fn run(args: SimArgs) -> anyhow::Result<bool> {
                             return;
                         }
                     };
-                    if let Some(path) = &args.trace
-                        && let Err(error) = write_trace(path, &outcome)
-                    {
+                    let written = write_trace(args.trace.as_deref(), &outcome)
+                        .and_then(|()| write_report(args.report.as_deref(), &name, &outcome));
+                    if let Err(error) = written {
                         failure.lock().unwrap_or_else(PoisonError::into_inner).get_or_insert(error);
                     }
                     summary.lock().unwrap_or_else(PoisonError::into_inner).add(&outcome, || replay(seed));
@@ -129,7 +134,26 @@ pub fn run(args: SimArgs) -> anyhow::Result<bool> {
     Ok(summary.failing_seeds == 0)
 }
 
-fn write_trace(path: &str, outcome: &Outcome) -> anyhow::Result<()> {
+fn write_report(dir: Option<&str>, scenario: &str, outcome: &Outcome) -> anyhow::Result<()> {
+    let (Some(dir), Some(data)) = (dir, outcome.report.as_ref()) else { return Ok(()) };
+    let title = format!("cnpool sim: {scenario}, seed {}", outcome.seed);
+    let page = Page {
+        title: &title,
+        end: outcome.virtual_time,
+        timeline: &data.timeline,
+        violations: &outcome.violations,
+        reconciles: &data.reconciles,
+        writes: &data.writes,
+    };
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {dir}"))?;
+    let path = std::path::Path::new(dir).join("index.html");
+    std::fs::write(&path, page.render()).with_context(|| format!("writing {}", path.display()))?;
+    eprintln!("report: {}", path.display());
+    Ok(())
+}
+
+fn write_trace(path: Option<&str>, outcome: &Outcome) -> anyhow::Result<()> {
+    let Some(path) = path else { return Ok(()) };
     let mut text = format!("# seed {} trace digest {:016x}\n", outcome.seed, outcome.trace_digest);
     for line in &outcome.trace {
         text.push_str(line);

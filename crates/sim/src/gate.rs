@@ -131,7 +131,7 @@ impl tower::Service<Request<kube::client::Body>> for Gate {
         if watch {
             return async move {
                 let response = router.oneshot(request).await?;
-                Ok(lagging_watch(response, &path, replica, &faults, ledger))
+                Ok(lagging_watch(response, &path, replica, faults, ledger))
             }
             .boxed();
         }
@@ -185,7 +185,7 @@ fn lagging_watch(
     response: Response<AxumBody>,
     path: &str,
     replica: usize,
-    faults: &FaultSwitch,
+    faults: Arc<FaultSwitch>,
     ledger: Arc<Ledger>,
 ) -> Response<AxumBody> {
     if !response.status().is_success() || !faults.is_on() {
@@ -216,10 +216,11 @@ fn lagging_watch(
     });
     let deadline = drop_after.map(|after| Instant::now() + after);
     let path = path.to_owned();
-    let delivered = futures::stream::unfold(Some(receiver), move |receiver| {
-        let (ledger, path) = (ledger.clone(), path.clone());
+    // A drop due once faults are off (the settle period) does not happen.
+    let delivered = futures::stream::unfold(Some((receiver, deadline)), move |state| {
+        let (ledger, path, faults) = (ledger.clone(), path.clone(), faults.clone());
         async move {
-            let mut receiver = receiver?;
+            let (mut receiver, deadline) = state?;
             let gone = async {
                 match deadline {
                     Some(deadline) => tokio::time::sleep_until(deadline).await,
@@ -229,13 +230,16 @@ fn lagging_watch(
             tokio::select! {
                 biased;
                 () = gone => {
+                    if !faults.is_on() {
+                        return Some((Ok(Bytes::new()), Some((receiver, None))));
+                    }
                     ledger.fault(Fault::DroppedWatch, format_args!("operator-{replica} {path}"));
                     Some((Ok::<_, Infallible>(Bytes::from_static(GONE.as_bytes())), None))
                 }
                 next = receiver.next() => {
                     let (at, chunk) = next?;
                     tokio::time::sleep_until(at).await;
-                    Some((Ok(chunk), Some(receiver)))
+                    Some((Ok(chunk), Some((receiver, deadline))))
                 }
             }
         }

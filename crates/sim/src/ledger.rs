@@ -216,6 +216,18 @@ impl Ledger {
         self.state().write_times.iter().filter(|at| **at >= since).count()
     }
 
+    /// When each operator write (Events excluded) happened.
+    pub fn write_times(&self) -> Vec<Duration> {
+        self.state().write_times.clone()
+    }
+
+    /// When each reconcile happened, of any object, in time order.
+    pub fn reconcile_times(&self) -> Vec<Duration> {
+        let mut times: Vec<Duration> = self.state().reconciles_by_object.values().flatten().copied().collect();
+        times.sort();
+        times
+    }
+
     /// The object reconciled most often within one minute: (object, count,
     /// when that minute began).
     pub fn busiest_minute(&self) -> Option<(String, usize, Duration)> {

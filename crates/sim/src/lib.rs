@@ -6,15 +6,17 @@
 //! HAKeeper, the scenario's control plane and injected faults ([`gate`] for
 //! the API, [`run`] for the rest), on tokio's paused clock. [`checker`]
 //! checks the invariants of DESIGN §3 on every committed write; [`ledger`]
-//! keeps the trace and the counts; [`summary`] adds seeds up.
+//! keeps the trace and the counts; [`summary`] adds seeds up; [`report`]
+//! draws one seed as an HTML timeline.
 
 pub mod checker;
 pub mod driver;
 pub mod gate;
 pub mod ledger;
+pub mod report;
 pub mod run;
 pub mod scenario;
 pub mod summary;
 
-pub use run::{Outcome, RunError, run};
+pub use run::{Keep, Outcome, RunError, run};
 pub use scenario::Scenario;

@@ -28,6 +28,7 @@ use crate::checker::{Bounds, Checker, Violation};
 use crate::driver;
 use crate::gate::{self, FaultSwitch};
 use crate::ledger::{Actor, ApiCounts, Fault, Ledger};
+use crate::report::Timeline;
 use crate::scenario::{Action, Scenario};
 
 /// Where virtual time starts: the evening the incident began.
@@ -54,6 +55,25 @@ pub struct Outcome {
     pub trace_digest: u64,
     /// The trace, when asked for.
     pub trace: Vec<String>,
+    /// What the HTML report draws, when asked for.
+    pub report: Option<ReportData>,
+}
+
+/// What a run keeps beyond its counts.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Keep {
+    /// The trace's text (its digest is always kept).
+    pub trace: bool,
+    /// The pods' timeline and the times of reconciles and writes.
+    pub report: bool,
+}
+
+/// A run's timeline and activity, for [`crate::report`].
+#[derive(Clone, Debug)]
+pub struct ReportData {
+    pub timeline: Timeline,
+    pub reconciles: Vec<Duration>,
+    pub writes: Vec<Duration>,
 }
 
 /// Why a run could not take place (as opposed to a violation it found).
@@ -79,7 +99,7 @@ impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for LineCounter {
 }
 
 /// Runs `scenario` with `seed` on this thread.
-pub fn run(scenario: &Scenario, seed: u64, keep_trace: bool) -> Result<Outcome, RunError> {
+pub fn run(scenario: &Scenario, seed: u64, keep: Keep) -> Result<Outcome, RunError> {
     // kube-runtime's watch backoff draws its jitter from fastrand's
     // thread-local generator: seed it, so that the jitter repeats too.
     fastrand::seed(seed);
@@ -91,7 +111,7 @@ pub fn run(scenario: &Scenario, seed: u64, keep_trace: bool) -> Result<Outcome, 
         .start_paused(true)
         .build()
         .map_err(RunError::Runtime)?;
-    let mut outcome = runtime.block_on(simulate(scenario, seed, keep_trace))?;
+    let mut outcome = runtime.block_on(simulate(scenario, seed, keep))?;
     outcome.log_lines = lines.load(Ordering::Relaxed);
     Ok(outcome)
 }
@@ -197,8 +217,8 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-async fn simulate(scenario: &Scenario, seed: u64, keep_trace: bool) -> Result<Outcome, RunError> {
-    let ledger = Arc::new(Ledger::new(keep_trace));
+async fn simulate(scenario: &Scenario, seed: u64, keep: Keep) -> Result<Outcome, RunError> {
+    let ledger = Arc::new(Ledger::new(keep.trace));
     let clock = VirtualClock { start: Instant::now() };
     let server = ApiServer::builder().seed(seed).clock(Arc::new(clock.clone())).history(50_000).build();
     let mut commits = server.commits();
@@ -241,8 +261,10 @@ async fn simulate(scenario: &Scenario, seed: u64, keep_trace: bool) -> Result<Ou
     };
     let checker = Arc::new(Mutex::new(Checker::new(bounds)));
     let lagged = Arc::new(AtomicU64::new(0));
+    let timeline = Arc::new(Mutex::new(keep.report.then(Timeline::default)));
     {
         let (checker, ledger, registry, lagged) = (checker.clone(), ledger.clone(), registry.clone(), lagged.clone());
+        let timeline = timeline.clone();
         tokio::spawn(async move {
             let mut ticks = tokio::time::interval(Duration::from_secs(1));
             loop {
@@ -252,6 +274,9 @@ async fn simulate(scenario: &Scenario, seed: u64, keep_trace: bool) -> Result<Ou
                         Ok(event) => {
                             trace_commit(&ledger, &event);
                             lock(&checker).commit(&event, ledger.elapsed());
+                            if let Some(timeline) = lock(&timeline).as_mut() {
+                                timeline.commit(&event, ledger.elapsed());
+                            }
                         }
                         Err(RecvError::Lagged(missed)) => {
                             lagged.fetch_add(missed, Ordering::Relaxed);
@@ -302,6 +327,11 @@ async fn simulate(scenario: &Scenario, seed: u64, keep_trace: bool) -> Result<Ou
         virtual_time: now,
         trace_digest: ledger.digest(),
         trace: ledger.take_lines(),
+        report: lock(&timeline).take().map(|timeline| ReportData {
+            timeline,
+            reconciles: ledger.reconcile_times(),
+            writes: ledger.write_times(),
+        }),
     })
 }
 
@@ -351,7 +381,10 @@ fn trace_commit(ledger: &Ledger, event: &Event) {
     match plural {
         // Event names and times come from the wall clock (kube's recorder).
         "events" => {
-            let regarding = object.pointer("/regarding/name").and_then(Value::as_str).unwrap_or_default();
+            let regarding = ["/regarding/name", "/involvedObject/name"]
+                .into_iter()
+                .find_map(|pointer| object.pointer(pointer).and_then(Value::as_str))
+                .unwrap_or_default();
             let reason = object.get("reason").and_then(Value::as_str).unwrap_or_default();
             ledger.trace(format_args!("{kind} event {reason} regarding {regarding}"));
         }
