@@ -78,7 +78,9 @@ const BUCKETS: usize = 240;
 /// A stable color per claim name.
 fn claim_color(name: &str) -> String {
     let hash = name.bytes().fold(0x811c_9dc5_u32, |hash, byte| (hash ^ u32::from(byte)).wrapping_mul(0x0100_0193));
-    format!("hsl({}, 65%, 55%)", hash % 360)
+    // FNV's low bits vary little between names like tenant-001 and
+    // tenant-002: mix them before taking a hue.
+    format!("hsl({}, 65%, 55%)", (hash.wrapping_mul(0x9E37_79B1) >> 16) % 360)
 }
 
 fn phase_color(phase: &str) -> &'static str {
