@@ -10,6 +10,7 @@ mod dev;
 mod operator;
 mod probes;
 mod shadow;
+mod sim;
 
 #[derive(Parser)]
 #[command(name = "cnpool", version, about = "Warm MatrixOne CN pods, handed out exclusively to claims")]
@@ -41,6 +42,9 @@ enum Command {
     Operator(operator::OperatorArgs),
     /// Benchmarks; each prints a table (and JSON with --json).
     Bench(bench::BenchArgs),
+    /// Simulate a scenario deterministically for many seeds and check the
+    /// invariants; exits non-zero when one is broken.
+    Sim(sim::SimArgs),
 }
 
 #[tokio::main]
@@ -63,6 +67,13 @@ async fn main() -> anyhow::Result<()> {
         Command::Dev(args) => dev::run(args).await?,
         Command::Operator(args) => operator::run(args).await?,
         Command::Bench(args) => bench::run(args).await?,
+        Command::Sim(args) => {
+            // Each seed builds a runtime of its own, on a thread of its own.
+            let passed = tokio::task::spawn_blocking(move || sim::run(args)).await??;
+            if !passed {
+                std::process::exit(1);
+            }
+        }
     }
     Ok(())
 }

@@ -8,9 +8,11 @@
 //! - claims by UID, by `spec.podName`, by `spec.sourcePod` and by pool;
 //! - pools, with the revision of their current template.
 //!
-//! No decision lists every object of a kind.
+//! No decision lists every object of a kind. Maps are ordered, so that
+//! whatever walks them (a relist, a wake) does so in the same order in
+//! every process: the simulator replays a seed byte for byte.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
 use std::hash::Hash;
 use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
@@ -40,23 +42,23 @@ pub trait Index<K>: Default + Send + Sync {
 
 /// A kind's objects and their indexes.
 pub struct Cache<K, I> {
-    inner: RwLock<(HashMap<Key, Arc<K>>, I)>,
+    inner: RwLock<(BTreeMap<Key, Arc<K>>, I)>,
 }
 
 impl<K, I: Default> Default for Cache<K, I> {
     fn default() -> Self {
-        Self { inner: RwLock::new((HashMap::new(), I::default())) }
+        Self { inner: RwLock::new((BTreeMap::new(), I::default())) }
     }
 }
 
 impl<K: Resource, I: Index<K>> Cache<K, I> {
-    fn read(&self) -> RwLockReadGuard<'_, (HashMap<Key, Arc<K>>, I)> {
+    fn read(&self) -> RwLockReadGuard<'_, (BTreeMap<Key, Arc<K>>, I)> {
         // Index updates are plain inserts and removes: a panicked writer
         // leaves them consistent.
         self.inner.read().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn write(&self) -> RwLockWriteGuard<'_, (HashMap<Key, Arc<K>>, I)> {
+    fn write(&self) -> RwLockWriteGuard<'_, (BTreeMap<Key, Arc<K>>, I)> {
         self.inner.write().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -65,7 +67,7 @@ impl<K: Resource, I: Index<K>> Cache<K, I> {
     }
 
     /// Reads the indexes.
-    pub fn with<T>(&self, read: impl FnOnce(&HashMap<Key, Arc<K>>, &I) -> T) -> T {
+    pub fn with<T>(&self, read: impl FnOnce(&BTreeMap<Key, Arc<K>>, &I) -> T) -> T {
         let guard = self.read();
         read(&guard.0, &guard.1)
     }
@@ -97,11 +99,11 @@ impl<K: Resource, I: Index<K>> Cache<K, I> {
     }
 }
 
-fn add<A: Eq + Hash, B: Ord>(map: &mut HashMap<A, BTreeSet<B>>, at: A, value: B) {
+fn add<A: Ord, B: Ord>(map: &mut BTreeMap<A, BTreeSet<B>>, at: A, value: B) {
     map.entry(at).or_default().insert(value);
 }
 
-fn drop_from<A: Eq + Hash, B: Ord>(map: &mut HashMap<A, BTreeSet<B>>, at: &A, value: &B) {
+fn drop_from<A: Ord, B: Ord>(map: &mut BTreeMap<A, BTreeSet<B>>, at: &A, value: &B) {
     if let Some(set) = map.get_mut(at) {
         set.remove(value);
         if set.is_empty() {
@@ -118,13 +120,13 @@ fn label<'a, K: Resource>(object: &'a K, key: &str) -> Option<&'a str> {
 #[derive(Default)]
 pub struct PodIndex {
     /// (namespace, pool, phase label) → pod names.
-    by_pool_phase: HashMap<(String, String, String), BTreeSet<String>>,
+    by_pool_phase: BTreeMap<(String, String, String), BTreeSet<String>>,
     /// (namespace, pool) → pod names.
-    by_pool: HashMap<(String, String), BTreeSet<String>>,
+    by_pool: BTreeMap<(String, String), BTreeSet<String>>,
     /// claim UID → pod keys.
-    by_claim_uid: HashMap<String, BTreeSet<Key>>,
+    by_claim_uid: BTreeMap<String, BTreeSet<Key>>,
     /// CN store UUID → pod keys.
-    by_store: HashMap<String, BTreeSet<Key>>,
+    by_store: BTreeMap<String, BTreeSet<Key>>,
 }
 
 impl PodIndex {
@@ -171,13 +173,13 @@ impl Index<Pod> for PodIndex {
 /// Claims.
 #[derive(Default)]
 pub struct ClaimIndex {
-    by_uid: HashMap<String, Key>,
+    by_uid: BTreeMap<String, Key>,
     /// (namespace, spec.podName) → claim names.
-    by_pod_name: HashMap<Key, BTreeSet<String>>,
+    by_pod_name: BTreeMap<Key, BTreeSet<String>>,
     /// (namespace, spec.sourcePod.podName) → claim names.
-    by_source: HashMap<Key, BTreeSet<String>>,
+    by_source: BTreeMap<Key, BTreeSet<String>>,
     /// (namespace, spec.poolName, empty for none) → claim names.
-    by_pool: HashMap<Key, BTreeSet<String>>,
+    by_pool: BTreeMap<Key, BTreeSet<String>>,
 }
 
 impl Index<CNClaim> for ClaimIndex {
@@ -211,7 +213,7 @@ impl Index<CNClaim> for ClaimIndex {
 /// Pools, with the revision hash of their current template.
 #[derive(Default)]
 pub struct PoolIndex {
-    revisions: HashMap<Key, String>,
+    revisions: BTreeMap<Key, String>,
 }
 
 impl Index<CNPool> for PoolIndex {
@@ -259,7 +261,7 @@ impl Pods {
 }
 
 fn resolve<'a, K>(
-    objects: &HashMap<Key, Arc<K>>,
+    objects: &BTreeMap<Key, Arc<K>>,
     namespace: &str,
     names: impl Iterator<Item = &'a String>,
 ) -> Vec<Arc<K>> {
@@ -329,7 +331,7 @@ pub async fn inform<K, I>(
     I: Index<K>,
 {
     let mut events = watcher(api, config).default_backoff().boxed();
-    let mut relisted: Option<(HashSet<Key>, Vec<Arc<K>>)> = None;
+    let mut relisted: Option<(BTreeSet<Key>, Vec<Arc<K>>)> = None;
     let mut on_first_list = Some(on_first_list);
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
@@ -347,7 +349,7 @@ pub async fn inform<K, I>(
         };
         writer.apply_watcher_event(&event);
         match event {
-            watcher::Event::Init => relisted = Some((HashSet::new(), Vec::new())),
+            watcher::Event::Init => relisted = Some((BTreeSet::new(), Vec::new())),
             watcher::Event::InitApply(object) => {
                 if let Some((seen, listed)) = relisted.as_mut() {
                     seen.insert(key_of(&object));

@@ -250,7 +250,7 @@ async fn step<R: StoreRegistry>(ctx: &Context<R>, snap: &mut Snapshot, key: &Key
         store: ctx.observed(store_uuid.as_deref(), &store_view),
         candidates: &candidates,
         pools: &pools,
-        now: jiff::Timestamp::now(),
+        now: ctx.now(),
         store_missing_bound: ctx.config.store_missing_bound,
     };
     let read_pods: Vec<Arc<Pod>> =
@@ -295,7 +295,7 @@ async fn step<R: StoreRegistry>(ctx: &Context<R>, snap: &mut Snapshot, key: &Key
             tracing::info!(claim = %view.name, keep = %keep.name, extra = release.len(), "claim holds several pods; keeping one");
             for pod in &release {
                 let Some(raw) = raw(&read_pods, pod.pod) else { continue };
-                match ownership::transition(&ctx.client, &raw, release_transition(&view, *pod)).await? {
+                match ownership::transition(&ctx.client, &raw, release_transition(&view, *pod), ctx.now()).await? {
                     Outcome::Applied(written) => snap.put_pod(*written),
                     Outcome::Stale | Outcome::NotApplicable => {
                         return Ok(Next::Done(Action::requeue(ctx.backoff(Kind::Claim, key))));
@@ -308,7 +308,7 @@ async fn step<R: StoreRegistry>(ctx: &Context<R>, snap: &mut Snapshot, key: &Key
             let Some(raw) = raw(&read_pods, pod) else {
                 return Ok(Next::Done(Action::requeue(ctx.config.requeue_min)));
             };
-            match ownership::transition(&ctx.client, &raw, Transition::AdoptLegacy(&view)).await? {
+            match ownership::transition(&ctx.client, &raw, Transition::AdoptLegacy(&view), ctx.now()).await? {
                 Outcome::Applied(written) => {
                     snap.put_pod(*written);
                     let note = format!("adopted pod {} bound by the Go operator", pod.name);
@@ -324,7 +324,7 @@ async fn step<R: StoreRegistry>(ctx: &Context<R>, snap: &mut Snapshot, key: &Key
             let Some(raw) = raw(&read_pods, pod) else {
                 return Ok(Next::Done(Action::requeue(ctx.config.requeue_min)));
             };
-            match ownership::transition(&ctx.client, &raw, Transition::Acquire(&view)).await? {
+            match ownership::transition(&ctx.client, &raw, Transition::Acquire(&view), ctx.now()).await? {
                 Outcome::Applied(written) => {
                     ctx.note_acquired(&pod.uid);
                     snap.put_pod(*written);
@@ -343,7 +343,7 @@ async fn step<R: StoreRegistry>(ctx: &Context<R>, snap: &mut Snapshot, key: &Key
         ClaimStep::Acquire { candidates } => {
             for pod in candidates.iter().take(ctx.config.acquire_attempts) {
                 let Some(raw) = raw(&read_pods, pod) else { continue };
-                match ownership::transition(&ctx.client, &raw, Transition::Acquire(&view)).await? {
+                match ownership::transition(&ctx.client, &raw, Transition::Acquire(&view), ctx.now()).await? {
                     Outcome::Applied(written) => {
                         ctx.note_acquired(&pod.uid);
                         snap.put_pod(*written);
@@ -365,7 +365,7 @@ async fn step<R: StoreRegistry>(ctx: &Context<R>, snap: &mut Snapshot, key: &Key
             let Some(raw) = raw(&read_pods, pod) else {
                 return Ok(Next::Done(Action::requeue(ctx.config.requeue_min)));
             };
-            match ownership::transition(&ctx.client, &raw, Transition::Rewrite(&view)).await? {
+            match ownership::transition(&ctx.client, &raw, Transition::Rewrite(&view), ctx.now()).await? {
                 Outcome::Applied(written) => {
                     snap.put_pod(*written);
                     Ok(Next::Again)
@@ -383,7 +383,7 @@ async fn step<R: StoreRegistry>(ctx: &Context<R>, snap: &mut Snapshot, key: &Key
             for pod in &release {
                 let Some(raw) = raw(&read_pods, pod.pod) else { continue };
                 if let Outcome::Applied(written) =
-                    ownership::transition(&ctx.client, &raw, release_transition(&view, *pod)).await?
+                    ownership::transition(&ctx.client, &raw, release_transition(&view, *pod), ctx.now()).await?
                 {
                     snap.put_pod(*written);
                 }
@@ -422,7 +422,7 @@ fn release_transition<'a>(view: &'a ClaimView, release: Release<'_>) -> Transiti
 
 /// Releases one pod; `false` when the guard failed.
 async fn release_pod<R>(ctx: &Context<R>, pod: &Pod, view: &ClaimView, release: Release<'_>) -> Result<bool, Error> {
-    Ok(match ownership::transition(&ctx.client, pod, release_transition(view, release)).await? {
+    Ok(match ownership::transition(&ctx.client, pod, release_transition(view, release), ctx.now()).await? {
         Outcome::Applied(_) => {
             let action = if release.then == AfterRelease::Retire { "retired" } else { "released" };
             tracing::info!(claim = %view.name, pod = %pod.name_any(), action, "claim let go of its pod");
@@ -468,6 +468,7 @@ fn set_condition(
     reason: &str,
     message: &str,
     generation: Option<i64>,
+    now: jiff::Timestamp,
 ) -> bool {
     let existing = status.conditions.iter_mut().find(|condition| condition.type_ == BOUND_CONDITION);
     match existing {
@@ -476,7 +477,7 @@ fn set_condition(
         }
         Some(condition) => {
             if condition.status != value {
-                condition.last_transition_time = Time(jiff::Timestamp::now());
+                condition.last_transition_time = Time(now);
             }
             condition.status = value.to_owned();
             condition.reason = reason.to_owned();
@@ -491,7 +492,7 @@ fn set_condition(
                 reason: reason.to_owned(),
                 message: message.to_owned(),
                 observed_generation: generation,
-                last_transition_time: Time(jiff::Timestamp::now()),
+                last_transition_time: Time(now),
             });
             true
         }
@@ -509,7 +510,7 @@ async fn write_condition<R>(
 ) -> Result<(), Error> {
     let mut updated = snap.claim.clone();
     let status = updated.status.get_or_insert_with(CNClaimStatus::default);
-    let mut changed = set_condition(status, value, reason, message, snap.claim.metadata.generation);
+    let mut changed = set_condition(status, value, reason, message, snap.claim.metadata.generation, ctx.now());
     if status.phase.is_none() {
         status.phase = Some(ClaimPhase::Pending);
         changed = true;
@@ -598,7 +599,7 @@ async fn mark_lost<R>(
     let status = updated.status.get_or_insert_with(CNClaimStatus::default);
     let from = status.phase;
     status.phase = Some(ClaimPhase::Lost);
-    set_condition(status, "False", reason.as_str(), reason.message(), snap.claim.metadata.generation);
+    set_condition(status, "False", reason.as_str(), reason.message(), snap.claim.metadata.generation, ctx.now());
     if let Some(written) = replace_status(ctx, &updated).await? {
         tracing::info!(claim = %view.name, from = ?from, to = "Lost", reason = reason.as_str(), "claim lost its pod");
         ctx.metrics.claim_lost(reason.as_str());
@@ -620,12 +621,12 @@ async fn mark_bound<R>(
     let status = updated.status.get_or_insert_with(CNClaimStatus::default);
     let from = status.phase;
     status.phase = Some(ClaimPhase::Bound);
-    let now = Time(jiff::Timestamp::now());
-    let bound_at = now.0;
+    let now = ctx.now();
+    let bound_at = Time(now);
     let first_bind = status.bound_time.is_none();
-    status.bound_time.get_or_insert_with(|| now.clone());
+    status.bound_time.get_or_insert_with(|| bound_at.clone());
     if let Some(recorded) = status.store.as_mut() {
-        recorded.bound_time.get_or_insert(now);
+        recorded.bound_time.get_or_insert(bound_at);
         if let Some(store) = store {
             recorded.work_state = Some(store.work_state.code());
             recorded.labels =
@@ -633,11 +634,11 @@ async fn mark_bound<R>(
         }
     }
     let message = format!("bound to pod {pod_name}, whose CN store serves the claim's labels");
-    set_condition(status, "True", "Bound", &message, snap.claim.metadata.generation);
+    set_condition(status, "True", "Bound", &message, snap.claim.metadata.generation, now);
     if let Some(written) = replace_status(ctx, &updated).await? {
         tracing::info!(claim = %view.name, pod = %pod_name, from = ?from, to = "Bound", "claim bound");
         if first_bind && let Some(created) = &snap.claim.metadata.creation_timestamp {
-            let waited = bound_at.duration_since(created.0);
+            let waited = now.duration_since(created.0);
             ctx.metrics.claim_bound_after(waited.as_secs_f64().max(0.0));
         }
         snap.claim = written;

@@ -1,9 +1,11 @@
 //! What every reconcile shares: the client, the registry, the caches, the
 //! store observations, backoff counters and the Event recorder.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use cnpool_core::model::{ObservedStore, PoolView, StoreView};
 use cnpool_registry::CnStore;
@@ -15,26 +17,55 @@ use crate::Config;
 use crate::cache::{Claims, Key, Pods, Pools};
 use crate::wake::Wakers;
 
+/// Where the controllers read the time of day (timestamps they write,
+/// drain and loss deadlines): the system clock in the operator, a virtual
+/// one in the simulator. Durations come from `tokio::time::Instant`, which
+/// the simulator's paused runtime drives as well.
+#[derive(Clone)]
+pub struct Clock(Arc<dyn Fn() -> Timestamp + Send + Sync>);
+
+impl Clock {
+    pub fn new(now: impl Fn() -> Timestamp + Send + Sync + 'static) -> Self {
+        Self(Arc::new(now))
+    }
+
+    pub fn now(&self) -> Timestamp {
+        (self.0)()
+    }
+}
+
+impl Default for Clock {
+    fn default() -> Self {
+        Self::new(Timestamp::now)
+    }
+}
+
+impl std::fmt::Debug for Clock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Clock").field(&self.now()).finish()
+    }
+}
+
 /// What HAKeeper's store list said when last read.
 #[derive(Default)]
 pub struct StoreSnapshot {
     /// Whether the list has been read at least once.
     pub listed: bool,
-    pub stores: HashMap<String, CnStore>,
+    pub stores: BTreeMap<String, CnStore>,
     /// When each store was first noticed missing.
-    pub missing_since: HashMap<String, Timestamp>,
+    pub missing_since: BTreeMap<String, Timestamp>,
 }
 
 /// A pool's writes not yet seen in the cache: created pod names and
 /// deleted (or retired) pod UIDs, each with when it was issued.
 #[derive(Default)]
 pub struct PoolExpectations {
-    pub creations: HashMap<String, Instant>,
-    pub deletions: HashMap<String, Instant>,
+    pub creations: BTreeMap<String, Instant>,
+    pub deletions: BTreeMap<String, Instant>,
 }
 
 /// Which controller a backoff counter belongs to.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Kind {
     Claim,
     Pool,
@@ -51,13 +82,13 @@ pub struct Context<R> {
     pub wake: Wakers,
     pub metrics: Arc<crate::Metrics>,
     stores: Mutex<StoreSnapshot>,
-    backoff: Mutex<HashMap<(Kind, Key), u32>>,
+    backoff: Mutex<BTreeMap<(Kind, Key), u32>>,
     /// Pods this process acquired lately: other claims skip them while the
     /// cache still shows them Idle.
-    recently_acquired: Mutex<HashMap<String, Instant>>,
+    recently_acquired: Mutex<BTreeMap<String, Instant>>,
     /// Pods the pool controller created or deleted but the cache has not
     /// shown yet, per pool: name → when, pod UID → when.
-    pub(crate) expected: Mutex<HashMap<Key, PoolExpectations>>,
+    pub(crate) expected: Mutex<BTreeMap<Key, PoolExpectations>>,
     recorder: Recorder,
 }
 
@@ -67,6 +98,11 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl<R> Context<R> {
+    /// The time of day by the configured clock.
+    pub fn now(&self) -> Timestamp {
+        self.config.clock.now()
+    }
+
     pub fn new(client: kube::Client, registry: R, config: Config, metrics: Arc<crate::Metrics>) -> Self {
         let reporter = Reporter { controller: "cnpool".into(), instance: Some(config.instance.clone()) };
         Self {
@@ -130,7 +166,7 @@ impl<R> Context<R> {
         if !snapshot.listed {
             return ObservedStore::Unobserved;
         }
-        let since = *snapshot.missing_since.entry(uuid.to_owned()).or_insert_with(Timestamp::now);
+        let since = *snapshot.missing_since.entry(uuid.to_owned()).or_insert_with(|| self.config.clock.now());
         ObservedStore::Missing { since }
     }
 
@@ -143,7 +179,7 @@ impl<R> Context<R> {
     /// entry changed.
     pub fn replace_stores(&self, listed: Vec<CnStore>) -> Vec<String> {
         let mut snapshot = lock(&self.stores);
-        let fresh: HashMap<String, CnStore> = listed.into_iter().map(|store| (store.uuid.clone(), store)).collect();
+        let fresh: BTreeMap<String, CnStore> = listed.into_iter().map(|store| (store.uuid.clone(), store)).collect();
         let mut changed: Vec<String> =
             snapshot.stores.keys().filter(|uuid| !fresh.contains_key(*uuid)).cloned().collect();
         changed.extend(

@@ -31,16 +31,19 @@ use std::time::Duration;
 
 use cnpool_api::{CNClaim, CNPool, labels};
 use cnpool_registry::StoreRegistry;
+use futures::future::{BoxFuture, Shared};
 use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
 use kube::runtime::controller::{self, Action, Controller};
+use kube::runtime::reflector::Store;
 use kube::runtime::reflector::store::Writer;
 use kube::runtime::watcher;
 
-pub use context::Context;
+pub use context::{Clock, Context};
 pub use error::Error;
 pub use metrics::Metrics;
+pub use wake::Triggers;
 
 /// What the process running the controllers can observe of them: their
 /// metrics, and whether their caches have been listed once (readiness).
@@ -100,6 +103,8 @@ pub struct Config {
     pub acquire_attempts: usize,
     /// This operator instance's name in Events.
     pub instance: String,
+    /// Where the time of day is read.
+    pub clock: Clock,
 }
 
 impl Default for Config {
@@ -119,6 +124,7 @@ impl Default for Config {
             drain_min_delay: cnpool_core::convert::DEFAULT_MIN_DELAY,
             acquire_attempts: 3,
             instance: "cnpool".into(),
+            clock: Clock::default(),
         }
     }
 }
@@ -147,6 +153,68 @@ pub async fn run_observed<R>(
     R: StoreRegistry + 'static,
 {
     let shutdown = shutdown.boxed().shared();
+    let Wiring { ctx, informers, pods, claims, pools, triggers } =
+        wire(client, registry, config, &telemetry, shutdown.clone());
+    let controller_config = controller::Config::default().concurrency(ctx.config.workers);
+    let claim_controller = Controller::for_stream(futures::stream::pending(), claims)
+        .reconcile_on(triggers.claims)
+        .with_config(controller_config.clone())
+        .graceful_shutdown_on(shutdown.clone())
+        .run(claim::reconcile, claim::error_policy, ctx.clone())
+        .for_each(|result| {
+            ctx.metrics.reconciled("CNClaim", outcome_error(&result));
+            async move { log_outcome("CNClaim", result) }
+        });
+    let pool_controller = Controller::for_stream(futures::stream::pending(), pools)
+        .reconcile_on(triggers.pools)
+        .with_config(controller_config.clone())
+        .graceful_shutdown_on(shutdown.clone())
+        .run(pool::reconcile, pool::error_policy, ctx.clone())
+        .for_each(|result| {
+            ctx.metrics.reconciled("CNPool", outcome_error(&result));
+            async move { log_outcome("CNPool", result) }
+        });
+    let store_controller = Controller::for_stream(futures::stream::pending(), pods)
+        .reconcile_on(triggers.pods)
+        .with_config(controller_config)
+        .graceful_shutdown_on(shutdown.clone())
+        .run(store::reconcile, store::error_policy, ctx.clone())
+        .for_each(|result| {
+            ctx.metrics.reconciled("Pod", outcome_error(&result));
+            async move { log_outcome("Pod", result) }
+        });
+    futures::future::join4(informers, claim_controller, pool_controller, store_controller).await;
+}
+
+/// The operator's parts before a runtime drives them: [`run`] hands them to
+/// kube-runtime's controllers; the simulator drives the same reconcile
+/// functions from a scheduler of its own, since kube-runtime's picks among
+/// ready objects in hash order, which differs from process to process.
+pub struct Wiring<R> {
+    pub ctx: Arc<Context<R>>,
+    /// The watches that fill the caches and queue reconciles, and the
+    /// registry poll; they run until shutdown.
+    pub informers: BoxFuture<'static, ()>,
+    /// The objects the reconciles read, as the watches last saw them.
+    pub pods: Store<Pod>,
+    pub claims: Store<CNClaim>,
+    pub pools: Store<CNPool>,
+    /// The objects to reconcile, as the watches' changes wake them.
+    pub triggers: Triggers,
+}
+
+/// Builds the operator's context and watches, reporting to `telemetry`;
+/// nothing runs until the returned futures are polled.
+pub fn wire<R>(
+    client: kube::Client,
+    registry: R,
+    config: Config,
+    telemetry: &Telemetry,
+    shutdown: Shared<BoxFuture<'static, ()>>,
+) -> Wiring<R>
+where
+    R: StoreRegistry + 'static,
+{
     telemetry.listed.store(0, Ordering::Relaxed);
     let ctx = Arc::new(Context::new(client.clone(), registry, config, Arc::clone(&telemetry.metrics)));
     let listed = || {
@@ -158,87 +226,59 @@ pub async fn run_observed<R>(
     let pod_writer: Writer<Pod> = Writer::default();
     let claim_writer: Writer<CNClaim> = Writer::default();
     let pool_writer: Writer<CNPool> = Writer::default();
-    let (pod_reader, claim_reader, pool_reader) =
-        (pod_writer.as_reader(), claim_writer.as_reader(), pool_writer.as_reader());
+    let (pods, claims, pools) = (pod_writer.as_reader(), claim_writer.as_reader(), pool_writer.as_reader());
 
-    let namespace = ctx.config.namespace.clone();
-    let pods: Api<Pod> = match &namespace {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
-    };
-    let claims: Api<CNClaim> = match &namespace {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
-    };
-    let pools: Api<CNPool> = match &namespace {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
-    };
+    let namespace = ctx.config.namespace.as_deref();
+    let (pod_api, claim_api, pool_api) =
+        (scoped(&client, namespace), scoped(&client, namespace), scoped(&client, namespace));
 
-    let informers = {
-        let (pod_ctx, claim_ctx, pool_ctx) = (ctx.clone(), ctx.clone(), ctx.clone());
-        futures::future::join4(
-            cache::inform(
-                pods,
-                watcher::Config::default().labels(labels::POOL_NAME),
-                pod_writer,
-                ctx.pods.clone(),
-                move |change| wake::pod_changed(&pod_ctx, change),
-                listed(),
-                shutdown.clone(),
-            ),
-            cache::inform(
-                claims,
-                watcher::Config::default(),
-                claim_writer,
-                ctx.claims.clone(),
-                move |change| wake::claim_changed(&claim_ctx, change),
-                listed(),
-                shutdown.clone(),
-            ),
-            cache::inform(
-                pools,
-                watcher::Config::default(),
-                pool_writer,
-                ctx.pools.clone(),
-                move |change| wake::pool_changed(&pool_ctx, change),
-                listed(),
-                shutdown.clone(),
-            ),
-            store::poll_registry(ctx.clone(), shutdown.clone()),
-        )
-    };
-
-    let controller_config = controller::Config::default().concurrency(ctx.config.workers);
+    let (pod_ctx, claim_ctx, pool_ctx) = (ctx.clone(), ctx.clone(), ctx.clone());
+    let informers = futures::future::join4(
+        cache::inform(
+            pod_api,
+            watcher::Config::default().labels(labels::POOL_NAME),
+            pod_writer,
+            ctx.pods.clone(),
+            move |change| wake::pod_changed(&pod_ctx, change),
+            listed(),
+            shutdown.clone(),
+        ),
+        cache::inform(
+            claim_api,
+            watcher::Config::default(),
+            claim_writer,
+            ctx.claims.clone(),
+            move |change| wake::claim_changed(&claim_ctx, change),
+            listed(),
+            shutdown.clone(),
+        ),
+        cache::inform(
+            pool_api,
+            watcher::Config::default(),
+            pool_writer,
+            ctx.pools.clone(),
+            move |change| wake::pool_changed(&pool_ctx, change),
+            listed(),
+            shutdown.clone(),
+        ),
+        store::poll_registry(ctx.clone(), shutdown),
+    )
+    .map(drop)
+    .boxed();
     let triggers = ctx.wake.take_receivers();
-    let claim_controller = Controller::for_stream(futures::stream::pending(), claim_reader)
-        .reconcile_on(triggers.claims)
-        .with_config(controller_config.clone())
-        .graceful_shutdown_on(shutdown.clone())
-        .run(claim::reconcile, claim::error_policy, ctx.clone())
-        .for_each(|result| {
-            ctx.metrics.reconciled("CNClaim", outcome_error(&result));
-            async move { log_outcome("CNClaim", result) }
-        });
-    let pool_controller = Controller::for_stream(futures::stream::pending(), pool_reader)
-        .reconcile_on(triggers.pools)
-        .with_config(controller_config.clone())
-        .graceful_shutdown_on(shutdown.clone())
-        .run(pool::reconcile, pool::error_policy, ctx.clone())
-        .for_each(|result| {
-            ctx.metrics.reconciled("CNPool", outcome_error(&result));
-            async move { log_outcome("CNPool", result) }
-        });
-    let store_controller = Controller::for_stream(futures::stream::pending(), pod_reader)
-        .reconcile_on(triggers.pods)
-        .with_config(controller_config)
-        .graceful_shutdown_on(shutdown.clone())
-        .run(store::reconcile, store::error_policy, ctx.clone())
-        .for_each(|result| {
-            ctx.metrics.reconciled("Pod", outcome_error(&result));
-            async move { log_outcome("Pod", result) }
-        });
-    futures::future::join4(informers, claim_controller, pool_controller, store_controller).await;
+    Wiring { ctx, informers, pods, claims, pools, triggers }
+}
+
+/// An `Api` of the whole cluster, or of `namespace` alone.
+fn scoped<K>(client: &kube::Client, namespace: Option<&str>) -> Api<K>
+where
+    K: kube::Resource<Scope = kube::core::NamespaceResourceScope>,
+    K::DynamicType: Default,
+{
+    match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
 }
 
 /// The metric label of a failed reconcile's error.

@@ -70,9 +70,15 @@ pub enum Outcome {
     NotApplicable,
 }
 
-/// Sends `transition` for `pod`, guarded by the labels of `pod` as read.
-pub async fn transition(client: &kube::Client, pod: &Pod, transition: Transition<'_>) -> Result<Outcome, Error> {
-    let Some(operations) = operations(pod, transition, jiff::Timestamp::now()) else {
+/// Sends `transition` for `pod`, guarded by the labels of `pod` as read;
+/// `now` stamps a release.
+pub async fn transition(
+    client: &kube::Client,
+    pod: &Pod,
+    transition: Transition<'_>,
+    now: jiff::Timestamp,
+) -> Result<Outcome, Error> {
+    let Some(operations) = operations(pod, transition, now) else {
         return Ok(Outcome::NotApplicable);
     };
     let name = pod.metadata.name.clone().unwrap_or_default();

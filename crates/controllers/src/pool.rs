@@ -6,7 +6,9 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use cnpool_api::selector::selector_matches;
 use cnpool_api::{CNClaim, CNPool, CNPoolStatus, PodPhase, labels};
@@ -153,7 +155,7 @@ pub async fn reconcile<R: StoreRegistry + 'static>(pool: Arc<CNPool>, ctx: Arc<C
     }
     for pod in &plan.retire {
         let Some(raw) = raw_pods.iter().find(|raw| raw.uid().as_deref() == Some(pod.uid.as_str())) else { continue };
-        if let Outcome::Applied(_) = ownership::transition(&ctx.client, raw, Transition::Retire).await? {
+        if let Outcome::Applied(_) = ownership::transition(&ctx.client, raw, Transition::Retire, ctx.now()).await? {
             expect_deletion(&ctx, &key, &pod.uid);
         }
     }

@@ -85,7 +85,7 @@ pub async fn reconcile<R: StoreRegistry + 'static>(pod: Arc<Pod>, ctx: Arc<Conte
         None => None,
     };
     let store_view = store.as_ref().map(StoreView::from);
-    let plan = plan_store(&view, store_view.as_ref(), workload, jiff::Timestamp::now(), &pool)?;
+    let plan = plan_store(&view, store_view.as_ref(), workload, ctx.now(), &pool)?;
     if let Some(store) = store.as_ref() {
         write_store(&ctx, &view, store, &plan.writes).await?;
     }
@@ -94,7 +94,7 @@ pub async fn reconcile<R: StoreRegistry + 'static>(pod: Arc<Pod>, ctx: Arc<Conte
         write_stats(&ctx, &pod, workload).await?;
     }
     if let Some(step) = plan.transition {
-        match ownership::transition(&ctx.client, &pod, Transition::Phase(step)).await? {
+        match ownership::transition(&ctx.client, &pod, Transition::Phase(step), ctx.now()).await? {
             Outcome::Applied(_) => {
                 if let PodTransition::Terminate(reason) = step {
                     let note = format!("draining pod goes Terminating: {}", reason.as_str());
@@ -184,7 +184,7 @@ async fn set_store_condition<R>(ctx: &Context<R>, pod: &Pod, registered: bool) -
         type_: labels::CN_STORE_CONDITION.to_owned(),
         status: wanted.to_owned(),
         reason: Some(if registered { "StoreRegistered" } else { "StoreMissing" }.to_owned()),
-        last_transition_time: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::now())),
+        last_transition_time: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(ctx.now())),
         ..PodCondition::default()
     });
     let old = pod.status.as_ref().and_then(|status| status.conditions.as_ref());
@@ -268,7 +268,7 @@ async fn finalize<R: StoreRegistry>(ctx: &Context<R>, pod: &Pod, uuid: &str) -> 
         let grace = pod.metadata.deletion_grace_period_seconds.unwrap_or(0);
         let asked =
             pod.metadata.deletion_timestamp.as_ref().map(|time| time.0 - jiff::SignedDuration::from_secs(grace));
-        let waited = asked.map(|asked| jiff::Timestamp::now().duration_since(asked));
+        let waited = asked.map(|asked| ctx.now().duration_since(asked));
         let timeout =
             jiff::SignedDuration::try_from(ctx.config.store_removal_timeout).unwrap_or(jiff::SignedDuration::MAX);
         if waited.is_none_or(|waited| waited < timeout) {
@@ -311,7 +311,7 @@ async fn sweep_orphan<R>(ctx: &Context<R>, pod: &Pod, view: &PodView, claim_uid:
     }
     let then = if view.failed { AfterRelease::Retire } else { AfterRelease::Drain };
     if let Outcome::Applied(_) =
-        ownership::transition(&ctx.client, pod, Transition::Release { claim_uid, then }).await?
+        ownership::transition(&ctx.client, pod, Transition::Release { claim_uid, then }, ctx.now()).await?
     {
         tracing::info!(pod = %name, claim_uid, "released an orphan: no claim has its owner's UID");
         let note = format!("released: claim {claim_uid} no longer exists");

@@ -36,6 +36,7 @@ use cnpool_registry::Workload;
 use cnpool_registry::memory::{MemoryRegistry, StoreAddresses};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::json;
@@ -103,6 +104,9 @@ struct State {
     next_ip: u32,
 }
 
+/// Where the world reads the time of day it writes into pod status.
+type Now = Arc<dyn Fn() -> Timestamp + Send + Sync>;
+
 /// The simulated kubelet and CN processes of one cluster. Clones share it.
 #[derive(Clone)]
 pub struct World {
@@ -110,11 +114,27 @@ pub struct World {
     registry: MemoryRegistry,
     config: Arc<WorldConfig>,
     state: Arc<Mutex<State>>,
+    now: Now,
 }
 
 impl World {
     pub fn new(client: kube::Client, registry: MemoryRegistry, config: WorldConfig) -> Self {
-        Self { client, registry, config: Arc::new(config), state: Arc::default() }
+        Self { client, registry, config: Arc::new(config), state: Arc::default(), now: Arc::new(Timestamp::now) }
+    }
+
+    /// Reads the time of day from `now` instead of the system clock (the
+    /// simulator's virtual clock).
+    pub fn with_clock(mut self, now: impl Fn() -> Timestamp + Send + Sync + 'static) -> Self {
+        self.now = Arc::new(now);
+        self
+    }
+
+    /// The time of day at second precision, as Kubernetes writes times: a
+    /// guard that compares a status read back as `k8s_openapi` types with
+    /// the stored JSON must see the same text.
+    fn now(&self) -> String {
+        let now = (self.now)();
+        Timestamp::from_second(now.as_second()).unwrap_or(now).to_string()
     }
 
     /// The HAKeeper the world's CNs register with.
@@ -210,7 +230,7 @@ impl World {
             tracing::debug!(pod = %name, %error, "world: pod went away before it was scheduled");
             return;
         }
-        let now = jiff_now();
+        let now = self.now();
         let pod_ip = format!("10.0.{}.{}", ip / 250, ip % 250 + 1);
         let status = json!({"status": {
             "phase": "Running",
@@ -342,7 +362,7 @@ impl World {
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
         let kube_error = |source| WorldError::Kube { namespace: namespace.into(), name: name.into(), source };
         let pod = pods.get(name).await.map_err(kube_error)?;
-        let now = jiff_now();
+        let now = self.now();
         let status = json!({"status": {
             "phase": "Failed",
             "conditions": [{"type": "Ready", "status": "False", "lastTransitionTime": now}],
@@ -382,8 +402,4 @@ pub fn store_uuid(pod: &Pod) -> Option<String> {
     let namespace = pod.metadata.namespace.as_deref()?;
     let subdomain = pod.spec.as_ref()?.subdomain.as_deref()?;
     Some(cnpool_api::cn_store_uuid(name, subdomain, namespace))
-}
-
-fn jiff_now() -> String {
-    k8s_openapi::jiff::Timestamp::now().to_string()
 }

@@ -160,6 +160,7 @@ pub fn operator_config(ns: &str, instance: usize) -> Config {
         drain_min_delay: Duration::from_millis(300),
         acquire_attempts: 3,
         instance: format!("cnpool-{instance}"),
+        ..Config::default()
     }
 }
 

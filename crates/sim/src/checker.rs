@@ -1,0 +1,374 @@
+//! The invariants of DESIGN §3, checked against the cluster as the API
+//! server committed it (every write, in order) and against HAKeeper.
+//!
+//! I1 and the pod cap of I6 are checked on every committed write; the
+//! bounded ones (I2, I3, I4, I7) each second of virtual time, a condition
+//! being a violation once it has lasted longer than its bound; I5 and the
+//! idle count of I6 once the run has settled.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use cnpool_api::labels;
+use cnpool_apiserver::{Event, EventType};
+use cnpool_registry::WorkState;
+use cnpool_registry::memory::MemoryRegistry;
+use serde::Serialize;
+use serde_json::Value;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub enum Invariant {
+    I1,
+    I2,
+    I3,
+    I4,
+    I5,
+    I6,
+    I7,
+}
+
+impl Invariant {
+    pub const ALL: [Invariant; 7] =
+        [Invariant::I1, Invariant::I2, Invariant::I3, Invariant::I4, Invariant::I5, Invariant::I6, Invariant::I7];
+
+    pub fn title(self) -> &'static str {
+        match self {
+            Invariant::I1 => "exclusive",
+            Invariant::I2 => "truthful",
+            Invariant::I3 => "no leak",
+            Invariant::I4 => "live",
+            Invariant::I5 => "quiet",
+            Invariant::I6 => "bounded pool",
+            Invariant::I7 => "registry agrees",
+        }
+    }
+}
+
+/// One broken invariant.
+#[derive(Clone, Debug, Serialize)]
+pub struct Violation {
+    pub invariant: Invariant,
+    /// Virtual seconds into the run.
+    pub at_seconds: f64,
+    pub detail: String,
+}
+
+/// The bounds of DESIGN §3 and the run's parameters they depend on.
+#[derive(Clone, Debug)]
+pub struct Bounds {
+    pub max_pods: u32,
+    pub max_idle: u32,
+    /// The world's pod start delay (I4 allows it on top of 30 s).
+    pub start_delay: Duration,
+    /// The operator's store-missing bound (I2 allows 30 s beyond it).
+    pub store_missing_bound: Duration,
+}
+
+const BOUND_30S: Duration = Duration::from_secs(30);
+const BOUND_60S: Duration = Duration::from_secs(60);
+
+#[derive(Clone, Debug, Default)]
+struct PodRecord {
+    uid: String,
+    phase: String,
+    claim_uid: Option<String>,
+    claimed_by: Option<String>,
+    deleting: bool,
+    failed: bool,
+    store_uuid: Option<String>,
+}
+
+#[derive(Clone, Debug, Default)]
+struct ClaimRecord {
+    uid: String,
+    phase: String,
+    spec_pod: String,
+    source_pod: Option<String>,
+    recorded_pod: Option<String>,
+    recorded_pod_uid: Option<String>,
+    deleting: bool,
+    cn_labels: BTreeMap<String, Vec<String>>,
+}
+
+impl ClaimRecord {
+    fn bound_pod(&self) -> Option<&str> {
+        if self.phase != "Bound" || self.deleting {
+            return None;
+        }
+        self.recorded_pod.as_deref().or(Some(self.spec_pod.as_str()).filter(|pod| !pod.is_empty()))
+    }
+
+    fn points_at(&self, pod: &str) -> bool {
+        self.spec_pod == pod || self.source_pod.as_deref() == Some(pod)
+    }
+}
+
+type Key = (String, String);
+
+fn str_at<'a>(object: &'a Value, pointer: &str) -> Option<&'a str> {
+    object.pointer(pointer).and_then(Value::as_str)
+}
+
+fn label(object: &Value, key: &str) -> Option<String> {
+    object.pointer("/metadata/labels").and_then(|labels| labels.get(key)).and_then(Value::as_str).map(str::to_owned)
+}
+
+fn key_of(object: &Value) -> Key {
+    let namespace = str_at(object, "/metadata/namespace").unwrap_or_default().to_owned();
+    (namespace, str_at(object, "/metadata/name").unwrap_or_default().to_owned())
+}
+
+fn pod_record(object: &Value) -> PodRecord {
+    let (namespace, name) = key_of(object);
+    PodRecord {
+        uid: str_at(object, "/metadata/uid").unwrap_or_default().to_owned(),
+        phase: label(object, labels::PHASE).unwrap_or_default(),
+        claim_uid: label(object, labels::CLAIM_UID).filter(|uid| !uid.is_empty()),
+        claimed_by: label(object, labels::CLAIMED_BY).filter(|name| !name.is_empty()),
+        deleting: object.pointer("/metadata/deletionTimestamp").is_some_and(|t| !t.is_null()),
+        failed: str_at(object, "/status/phase") == Some("Failed"),
+        store_uuid: str_at(object, "/spec/subdomain")
+            .map(|subdomain| cnpool_api::cn_store_uuid(&name, subdomain, &namespace)),
+    }
+}
+
+fn claim_record(object: &Value) -> ClaimRecord {
+    let cn_labels = object
+        .pointer("/spec/cnLabels")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|label| {
+            let key = label.get("key")?.as_str()?.to_owned();
+            let values = label.get("values").and_then(Value::as_array).into_iter().flatten();
+            Some((key, values.filter_map(|v| v.as_str().map(str::to_owned)).collect()))
+        })
+        .collect();
+    ClaimRecord {
+        uid: str_at(object, "/metadata/uid").unwrap_or_default().to_owned(),
+        phase: str_at(object, "/status/phase").unwrap_or_default().to_owned(),
+        spec_pod: str_at(object, "/spec/podName").unwrap_or_default().to_owned(),
+        source_pod: str_at(object, "/spec/sourcePod/podName").map(str::to_owned),
+        recorded_pod: str_at(object, "/status/store/podName").map(str::to_owned),
+        recorded_pod_uid: str_at(object, "/status/store/podUID").map(str::to_owned),
+        deleting: object.pointer("/metadata/deletionTimestamp").is_some_and(|t| !t.is_null()),
+        cn_labels,
+    }
+}
+
+/// Watches one run.
+pub struct Checker {
+    bounds: Bounds,
+    pods: BTreeMap<Key, PodRecord>,
+    claims: BTreeMap<Key, ClaimRecord>,
+    /// Since when each bounded condition has held, by (invariant, subject).
+    since: BTreeMap<(Invariant, String), Duration>,
+    /// Conditions already reported in their current episode.
+    reported: BTreeSet<(Invariant, String)>,
+    /// Stores of deleted pods, and when the pod went.
+    removed_stores: BTreeMap<String, (Key, Duration)>,
+    violations: Vec<Violation>,
+}
+
+impl Checker {
+    pub fn new(bounds: Bounds) -> Self {
+        Self {
+            bounds,
+            pods: BTreeMap::new(),
+            claims: BTreeMap::new(),
+            since: BTreeMap::new(),
+            reported: BTreeSet::new(),
+            removed_stores: BTreeMap::new(),
+            violations: Vec::new(),
+        }
+    }
+
+    pub fn violations(&self) -> &[Violation] {
+        &self.violations
+    }
+
+    fn violate(&mut self, invariant: Invariant, now: Duration, detail: String) {
+        self.violations.push(Violation { invariant, at_seconds: now.as_secs_f64(), detail });
+    }
+
+    /// Applies one committed write and checks I1 and the pod cap.
+    pub fn commit(&mut self, event: &Event, now: Duration) {
+        let key = key_of(&event.object);
+        match event.storage.plural.as_str() {
+            "pods" if event.event_type == EventType::Deleted => {
+                if let Some(pod) = self.pods.remove(&key)
+                    && let Some(uuid) = pod.store_uuid
+                {
+                    self.removed_stores.insert(uuid, (key, now));
+                }
+            }
+            "pods" => {
+                let record = pod_record(&event.object);
+                self.pods.insert(key.clone(), record);
+                self.check_owners(&key, now);
+                let pods = self.pods.len();
+                if pods > self.bounds.max_pods as usize {
+                    let detail = format!("{pods} pods exist, maxPods is {}", self.bounds.max_pods);
+                    self.violate(Invariant::I6, now, detail);
+                }
+            }
+            "cnclaims" if event.event_type == EventType::Deleted => {
+                self.claims.remove(&key);
+            }
+            "cnclaims" => {
+                self.claims.insert(key.clone(), claim_record(&event.object));
+                self.check_bound_once(&key, now);
+            }
+            _ => {}
+        }
+    }
+
+    /// I1 on a pod: its `claim-uid` and `claimed-by` name one claim.
+    fn check_owners(&mut self, key: &Key, now: Duration) {
+        let Some(pod) = self.pods.get(key) else { return };
+        let (Some(uid), Some(name)) = (pod.claim_uid.clone(), pod.claimed_by.clone()) else { return };
+        let named = self.claims.get(&(key.0.clone(), name.clone())).map(|claim| claim.uid.clone());
+        if let Some(named_uid) = named
+            && named_uid != uid
+        {
+            let detail = format!("pod {} carries claim-uid {uid} but claimed-by {name} (UID {named_uid})", key.1);
+            self.violate(Invariant::I1, now, detail);
+        }
+    }
+
+    /// I1 on a claim: no other live claim is Bound to its pod.
+    fn check_bound_once(&mut self, key: &Key, now: Duration) {
+        let Some(pod) = self.claims.get(key).and_then(ClaimRecord::bound_pod).map(str::to_owned) else { return };
+        let others: Vec<String> = self
+            .claims
+            .iter()
+            .filter(|(other, claim)| *other != key && other.0 == key.0 && claim.bound_pod() == Some(pod.as_str()))
+            .map(|(other, _)| other.1.clone())
+            .collect();
+        if !others.is_empty() {
+            let detail = format!("claims {} and {} are both Bound to pod {pod}", key.1, others.join(", "));
+            self.violate(Invariant::I1, now, detail);
+        }
+    }
+
+    /// Tracks a bounded condition: a violation once `bad` has held longer
+    /// than `bound`, reported once per episode.
+    fn bounded(&mut self, invariant: Invariant, subject: String, bad: Option<String>, bound: Duration, now: Duration) {
+        let id = (invariant, subject);
+        match bad {
+            None => {
+                self.since.remove(&id);
+                self.reported.remove(&id);
+            }
+            Some(detail) => {
+                let since = *self.since.entry(id.clone()).or_insert(now);
+                if now - since > bound && self.reported.insert(id) {
+                    let detail = format!("{detail} for {}s (bound {}s)", (now - since).as_secs(), bound.as_secs());
+                    self.violate(invariant, now, detail);
+                }
+            }
+        }
+    }
+
+    /// The bounded invariants, once per virtual second.
+    pub fn tick(&mut self, now: Duration, registry: &MemoryRegistry) {
+        let claims: Vec<(Key, ClaimRecord)> = self.claims.iter().map(|(k, c)| (k.clone(), c.clone())).collect();
+        let pods: Vec<(Key, PodRecord)> = self.pods.iter().map(|(k, p)| (k.clone(), p.clone())).collect();
+        let store_bound = BOUND_30S + self.bounds.store_missing_bound;
+        let unusable = pods.iter().filter(|(_, pod)| pod.deleting || pod.failed).count();
+        let live_claims = claims.iter().filter(|(_, claim)| !claim.deleting).count();
+        let spare = live_claims + unusable < self.bounds.max_pods as usize;
+        for (key, claim) in &claims {
+            let subject = format!("claim {}", key.1);
+            // I2: a Bound claim's pod exists, is the recorded one and is owned by it.
+            let untruthful = claim.bound_pod().and_then(|name| {
+                let pod = self.pods.get(&(key.0.clone(), name.to_owned()));
+                match pod {
+                    None => Some(format!("claim {} Bound to pod {name}, which does not exist", key.1)),
+                    Some(pod) if claim.recorded_pod_uid.as_deref().is_some_and(|uid| uid != pod.uid) => {
+                        Some(format!("claim {} Bound to pod {name}, which was replaced", key.1))
+                    }
+                    Some(pod) if pod.claim_uid.as_deref() != Some(claim.uid.as_str()) => {
+                        Some(format!("claim {} Bound to pod {name}, which it does not own", key.1))
+                    }
+                    Some(_) => None,
+                }
+            });
+            self.bounded(Invariant::I2, subject.clone(), untruthful, BOUND_30S, now);
+            let store_missing = claim.bound_pod().and_then(|name| {
+                let pod = self.pods.get(&(key.0.clone(), name.to_owned()))?;
+                let uuid = pod.store_uuid.as_deref()?;
+                (!pod.deleting && registry.store(uuid).is_none())
+                    .then(|| format!("claim {} Bound to pod {name}, whose store is missing", key.1))
+            });
+            self.bounded(Invariant::I2, format!("{subject} store"), store_missing, store_bound, now);
+            // I4: with capacity to spare, a claim is Bound soon after its creation or loss.
+            let waiting = (!claim.deleting && claim.phase != "Bound" && spare)
+                .then(|| format!("claim {} is {}", key.1, if claim.phase.is_empty() { "new" } else { &claim.phase }));
+            self.bounded(Invariant::I4, subject.clone(), waiting, BOUND_30S + self.bounds.start_delay, now);
+            // I7: a Bound claim's store carries its labels and is Working.
+            let disagreeing = claim.bound_pod().and_then(|name| {
+                let pod = self.pods.get(&(key.0.clone(), name.to_owned()))?;
+                let store = registry.store(pod.store_uuid.as_deref()?)?;
+                (store.work_state != WorkState::Working || store.labels != claim.cn_labels).then(|| {
+                    format!(
+                        "store of pod {name} (claim {}) is {:?} with labels {:?}",
+                        key.1, store.work_state, store.labels
+                    )
+                })
+            });
+            self.bounded(Invariant::I7, subject, disagreeing, BOUND_30S, now);
+        }
+        for (key, pod) in &pods {
+            // I3: a pod owned by a UID no live claim points at is released.
+            let leaked = pod.claim_uid.as_ref().and_then(|uid| {
+                let pointed = claims
+                    .iter()
+                    .any(|(claim_key, claim)| claim_key.0 == key.0 && &claim.uid == uid && claim.points_at(&key.1));
+                (!pointed).then(|| format!("pod {} owned by {uid}, which no claim points at", key.1))
+            });
+            self.bounded(Invariant::I3, format!("pod {}", key.1), leaked, BOUND_60S, now);
+            // I7: a released store is Draining with no labels.
+            let dirty = (pod.phase == "Draining" && pod.claim_uid.is_none() && !pod.deleting)
+                .then(|| pod.store_uuid.as_deref().and_then(|uuid| registry.store(uuid)))
+                .flatten()
+                .filter(|store| store.work_state == WorkState::Working || !store.labels.is_empty())
+                .map(|store| {
+                    format!("released pod {}'s store is {:?} with labels {:?}", key.1, store.work_state, store.labels)
+                });
+            self.bounded(Invariant::I7, format!("pod {} store", key.1), dirty, BOUND_30S, now);
+        }
+        // I7: a deleted pod's store is removed (unless a pod of the same name registered it again).
+        let removed: Vec<(String, Key)> =
+            self.removed_stores.iter().map(|(uuid, (key, _))| (uuid.clone(), key.clone())).collect();
+        for (uuid, key) in removed {
+            if self.pods.contains_key(&key) || registry.store(&uuid).is_none() {
+                self.removed_stores.remove(&uuid);
+                self.bounded(Invariant::I7, format!("store {uuid}"), None, BOUND_30S, now);
+            } else {
+                let detail = format!("store of deleted pod {} is still registered", key.1);
+                self.bounded(Invariant::I7, format!("store {uuid}"), Some(detail), BOUND_30S, now);
+            }
+        }
+    }
+
+    /// I5 and I6 once the run has settled: `quiet_writes` operator writes
+    /// in the last quiet window, `busiest` the most reconciles of one object
+    /// in one minute.
+    pub fn settled(&mut self, now: Duration, quiet_writes: usize, busiest: Option<(String, usize, Duration)>) {
+        if quiet_writes > 0 {
+            self.violate(Invariant::I5, now, format!("{quiet_writes} operator writes in the last 10 quiet minutes"));
+        }
+        if let Some((object, count, from)) = busiest.filter(|(_, count, _)| *count > 30) {
+            let detail = format!("{object} reconciled {count} times in the minute from {:.0}s", from.as_secs_f64());
+            self.violate(Invariant::I5, from, detail);
+        }
+        let in_use = self.pods.values().filter(|pod| !pod.deleting && pod.claim_uid.is_some()).count() as u32;
+        let idle = self.pods.values().filter(|pod| !pod.deleting && pod.phase == "Idle").count() as u32;
+        let expected = self.bounds.max_idle.min(self.bounds.max_pods.saturating_sub(in_use));
+        if idle != expected {
+            let detail = format!("{idle} idle pods after settling, expected {expected} ({in_use} in use)");
+            self.violate(Invariant::I6, now, detail);
+        }
+    }
+}

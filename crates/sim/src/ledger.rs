@@ -1,0 +1,251 @@
+//! What one run records: the trace (committed writes and injected faults,
+//! in order, with virtual timestamps), the faults by kind, the API traffic
+//! and the reconciles. Shared by every part of the run.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::hash::Hasher;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use serde::Serialize;
+use tokio::time::Instant;
+
+/// The kinds of injected fault; every run counts each.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Fault {
+    Conflict,
+    ServerError,
+    TimeoutLost,
+    TimeoutApplied,
+    WatchLag,
+    DroppedWatch,
+    OperatorCrash,
+    SecondReplica,
+    PodCrash,
+    PodEviction,
+    ForcedDeletion,
+    StoreVanish,
+    RegistryError,
+    SlowDrain,
+}
+
+impl Fault {
+    pub const ALL: [Fault; 14] = [
+        Fault::Conflict,
+        Fault::ServerError,
+        Fault::TimeoutLost,
+        Fault::TimeoutApplied,
+        Fault::WatchLag,
+        Fault::DroppedWatch,
+        Fault::OperatorCrash,
+        Fault::SecondReplica,
+        Fault::PodCrash,
+        Fault::PodEviction,
+        Fault::ForcedDeletion,
+        Fault::StoreVanish,
+        Fault::RegistryError,
+        Fault::SlowDrain,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Fault::Conflict => "conflict",
+            Fault::ServerError => "server-error",
+            Fault::TimeoutLost => "timeout-lost",
+            Fault::TimeoutApplied => "timeout-applied",
+            Fault::WatchLag => "watch-lag",
+            Fault::DroppedWatch => "dropped-watch",
+            Fault::OperatorCrash => "operator-crash",
+            Fault::SecondReplica => "second-replica",
+            Fault::PodCrash => "pod-crash",
+            Fault::PodEviction => "pod-eviction",
+            Fault::ForcedDeletion => "forced-deletion",
+            Fault::StoreVanish => "store-vanish",
+            Fault::RegistryError => "registry-error",
+            Fault::SlowDrain => "slow-drain",
+        }
+    }
+}
+
+/// Who sent an API request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Actor {
+    /// Operator replica `n`.
+    Operator(usize),
+    /// The simulated kubelet and CNs.
+    World,
+    /// The scenario's user: creates and deletes claims, sets up the pool.
+    ControlPlane,
+}
+
+/// API traffic, of the operators unless said otherwise.
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub struct ApiCounts {
+    pub requests: u64,
+    /// Writes other than Events.
+    pub writes: u64,
+    pub event_writes: u64,
+    /// Answers 409 Conflict or 422 (a failed JSON patch `test`).
+    pub conflicts: u64,
+}
+
+#[derive(Default)]
+struct State {
+    /// Full trace lines, kept only when asked for.
+    lines: Option<Vec<String>>,
+    /// FNV-1a over every trace line, kept always: equal digests, equal traces.
+    digest: Fnv,
+    faults: BTreeMap<Fault, u64>,
+    api: ApiCounts,
+    /// When each operator write (Events excluded) happened.
+    write_times: Vec<Duration>,
+    reconciles: u64,
+    /// When each reconcile happened, per object.
+    reconciles_by_object: BTreeMap<String, Vec<Duration>>,
+}
+
+struct Fnv(u64);
+
+impl Default for Fnv {
+    fn default() -> Self {
+        Self(0xcbf2_9ce4_8422_2325)
+    }
+}
+
+impl Hasher for Fnv {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for byte in bytes {
+            self.0 = (self.0 ^ u64::from(*byte)).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+}
+
+pub struct Ledger {
+    start: Instant,
+    state: Mutex<State>,
+}
+
+impl Ledger {
+    /// A ledger whose virtual time starts now; `keep_lines` keeps the trace
+    /// text (else only its digest).
+    pub fn new(keep_lines: bool) -> Self {
+        let state = State { lines: keep_lines.then(Vec::new), ..State::default() };
+        Self { start: Instant::now(), state: Mutex::new(state) }
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        // Each update is one step on plain data.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Virtual time since the run began.
+    pub fn elapsed(&self) -> Duration {
+        Instant::now().duration_since(self.start)
+    }
+
+    /// Appends a trace line stamped with the virtual time.
+    pub fn trace(&self, line: std::fmt::Arguments<'_>) {
+        let elapsed = self.elapsed();
+        let mut text = String::new();
+        let _ = write!(text, "{:>10.3} {line}", elapsed.as_secs_f64());
+        let mut state = self.state();
+        state.digest.write(text.as_bytes());
+        state.digest.write(b"\n");
+        if let Some(lines) = state.lines.as_mut() {
+            lines.push(text);
+        }
+    }
+
+    /// Counts an injected fault and traces it.
+    pub fn fault(&self, fault: Fault, detail: std::fmt::Arguments<'_>) {
+        *self.state().faults.entry(fault).or_default() += 1;
+        self.trace(format_args!("FAULT {} {detail}", fault.name()));
+    }
+
+    pub fn operator_request(&self, write: bool, event: bool) {
+        let elapsed = self.elapsed();
+        let mut state = self.state();
+        state.api.requests += 1;
+        if write && event {
+            state.api.event_writes += 1;
+        } else if write {
+            state.api.writes += 1;
+            state.write_times.push(elapsed);
+        }
+    }
+
+    pub fn operator_conflict(&self) {
+        self.state().api.conflicts += 1;
+    }
+
+    pub fn reconciled(&self, kind: &str, namespace: &str, name: &str) {
+        let elapsed = self.elapsed();
+        let mut state = self.state();
+        state.reconciles += 1;
+        state.reconciles_by_object.entry(format!("{kind} {namespace}/{name}")).or_default().push(elapsed);
+    }
+
+    pub fn digest(&self) -> u64 {
+        self.state().digest.finish()
+    }
+
+    pub fn take_lines(&self) -> Vec<String> {
+        self.state().lines.take().unwrap_or_default()
+    }
+
+    pub fn faults(&self) -> BTreeMap<Fault, u64> {
+        self.state().faults.clone()
+    }
+
+    pub fn api(&self) -> ApiCounts {
+        self.state().api
+    }
+
+    pub fn reconciles(&self) -> u64 {
+        self.state().reconciles
+    }
+
+    /// Operator writes (Events excluded) at or after `since`.
+    pub fn writes_since(&self, since: Duration) -> usize {
+        self.state().write_times.iter().filter(|at| **at >= since).count()
+    }
+
+    /// When each operator write (Events excluded) happened.
+    pub fn write_times(&self) -> Vec<Duration> {
+        self.state().write_times.clone()
+    }
+
+    /// When each reconcile happened, of any object, in time order.
+    pub fn reconcile_times(&self) -> Vec<Duration> {
+        let mut times: Vec<Duration> = self.state().reconciles_by_object.values().flatten().copied().collect();
+        times.sort();
+        times
+    }
+
+    /// The object reconciled most often within one minute: (object, count,
+    /// when that minute began).
+    pub fn busiest_minute(&self) -> Option<(String, usize, Duration)> {
+        let state = self.state();
+        let minute = Duration::from_secs(60);
+        let mut busiest: Option<(String, usize, Duration)> = None;
+        for (object, times) in &state.reconciles_by_object {
+            let mut first = 0;
+            for (last, at) in times.iter().enumerate() {
+                while *at - times[first] >= minute {
+                    first += 1;
+                }
+                let count = last - first + 1;
+                if busiest.as_ref().is_none_or(|(_, most, _)| count > *most) {
+                    busiest = Some((object.clone(), count, times[first]));
+                }
+            }
+        }
+        busiest
+    }
+}

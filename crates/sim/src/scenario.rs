@@ -1,0 +1,283 @@
+//! What a run simulates: the pool, the node side's delays, how many
+//! operators run, the control plane's actions over time and the rates of
+//! injected faults. Read from YAML (`scenarios/*.yaml`) or built from a
+//! seed ([`Scenario::random`]).
+
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer};
+
+/// One simulated situation.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Scenario {
+    pub name: String,
+    /// How long the control plane acts and faults are injected.
+    #[serde(deserialize_with = "duration")]
+    pub duration: Duration,
+    /// How long the run goes on afterwards with neither, for the operator
+    /// to converge and then stay quiet (I5, I6).
+    #[serde(deserialize_with = "duration")]
+    pub settle: Duration,
+    pub pool: PoolShape,
+    #[serde(default)]
+    pub world: WorldShape,
+    /// Operator replicas running from the start.
+    #[serde(default = "one")]
+    pub operators: usize,
+    #[serde(default)]
+    pub faults: FaultRates,
+    #[serde(default)]
+    pub steps: Vec<Step>,
+}
+
+fn one() -> usize {
+    1
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PoolShape {
+    pub name: String,
+    pub max_idle: u32,
+    pub max_pods: u32,
+    /// The pool's drain timeout and the rest of a drained CN.
+    #[serde(deserialize_with = "duration")]
+    pub drain_timeout: Duration,
+    #[serde(deserialize_with = "duration")]
+    pub min_delay: Duration,
+}
+
+/// Delays of the simulated kubelet and CNs.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct WorldShape {
+    #[serde(deserialize_with = "duration")]
+    pub start_delay: Duration,
+    #[serde(deserialize_with = "duration")]
+    pub stop_delay: Duration,
+    #[serde(deserialize_with = "duration")]
+    pub session_leave_delay: Duration,
+}
+
+impl Default for WorldShape {
+    fn default() -> Self {
+        Self {
+            start_delay: Duration::from_secs(5),
+            stop_delay: Duration::from_secs(2),
+            session_leave_delay: Duration::from_secs(10),
+        }
+    }
+}
+
+/// How often each fault is injected while the control plane acts. Rates
+/// per request are probabilities; rates per minute are the mean number of
+/// injections in a virtual minute.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct FaultRates {
+    /// An operator write answered 409 Conflict without being applied.
+    pub conflict_per_write: f64,
+    /// An operator request answered 500 or 503 without being applied.
+    pub server_error_per_request: f64,
+    /// An operator write that times out before reaching storage.
+    pub timeout_lost_per_write: f64,
+    /// An operator write that is applied, but whose answer is lost.
+    pub timeout_applied_per_write: f64,
+    /// The longest delay a watch delivers events with (each watch draws its own).
+    #[serde(deserialize_with = "duration")]
+    pub max_watch_lag: Duration,
+    /// Watches ended with 410 Gone, forcing a relist.
+    pub dropped_watches_per_minute: f64,
+    /// An operator process dies (its memory is lost) and restarts.
+    pub operator_crashes_per_minute: f64,
+    /// A second operator replica starts and runs beside the first a while.
+    pub second_replicas_per_minute: f64,
+    /// A CN process fails for good (pod phase Failed).
+    pub pod_crashes_per_minute: f64,
+    /// A pod is evicted (deleted gracefully).
+    pub pod_evictions_per_minute: f64,
+    /// A pod is force-deleted (grace period 0).
+    pub forced_deletions_per_minute: f64,
+    /// A running CN's store drops out of HAKeeper.
+    pub store_vanishes_per_minute: f64,
+    /// A HAKeeper or CN query call fails.
+    pub registry_errors_per_minute: f64,
+    /// A draining CN keeps a session for a while.
+    pub slow_drains_per_minute: f64,
+}
+
+/// One action of the control plane at a virtual time.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Step {
+    #[serde(deserialize_with = "duration")]
+    pub at: Duration,
+    #[serde(flatten)]
+    pub action: Action,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Action {
+    /// Creates `count` claims at once; the first `system` of them are system claims.
+    CreateClaims {
+        count: u32,
+        #[serde(default)]
+        system: u32,
+    },
+    /// Deletes `count` live claims, chosen among those the control plane sees.
+    DeleteClaims { count: u32 },
+    /// Drops the stores of `count` bound pods from HAKeeper at once.
+    VanishStores { count: u32 },
+    /// Deletes `count` pods that claims point at.
+    DeleteBoundPods { count: u32 },
+    /// Fails the CN of `count` bound pods.
+    CrashBoundPods { count: u32 },
+}
+
+/// Reads "90s", "15m", "2h", "500ms" or "1h30m".
+fn duration<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
+    let text = String::deserialize(deserializer)?;
+    parse_duration(&text).ok_or_else(|| serde::de::Error::custom(format!("not a duration: {text:?}")))
+}
+
+pub fn parse_duration(text: &str) -> Option<Duration> {
+    let mut total = Duration::ZERO;
+    let mut rest = text.trim();
+    if rest.is_empty() {
+        return None;
+    }
+    while !rest.is_empty() {
+        let digits = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
+        let value: u64 = rest[..digits].parse().ok()?;
+        rest = &rest[digits..];
+        let unit = rest.find(|c: char| c.is_ascii_digit()).unwrap_or(rest.len());
+        let part = match &rest[..unit] {
+            "ms" => Duration::from_millis(value),
+            "s" => Duration::from_secs(value),
+            "m" => Duration::from_secs(value * 60),
+            "h" => Duration::from_secs(value * 3600),
+            _ => return None,
+        };
+        total += part;
+        rest = &rest[unit..];
+    }
+    Some(total)
+}
+
+/// Why a scenario could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ScenarioError {
+    #[error("reading {path}: {source}")]
+    Read {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("parsing {path}: {source}")]
+    Parse {
+        path: String,
+        #[source]
+        source: Box<serde_saphyr::Error>,
+    },
+}
+
+impl Scenario {
+    pub fn from_yaml(path: &str, text: &str) -> Result<Self, ScenarioError> {
+        serde_saphyr::from_str(text)
+            .map_err(|source| ScenarioError::Parse { path: path.to_owned(), source: Box::new(source) })
+    }
+
+    pub fn load(path: &str) -> Result<Self, ScenarioError> {
+        let text =
+            std::fs::read_to_string(path).map_err(|source| ScenarioError::Read { path: path.to_owned(), source })?;
+        Self::from_yaml(path, &text)
+    }
+
+    /// A scenario drawn from `seed`: a pool of a random size, bursts of
+    /// claims, deletions and node-side trouble at random times, and every
+    /// fault at a rate that shows up in a few hundred seeds.
+    pub fn random(seed: u64) -> Self {
+        let mut rng = fastrand::Rng::with_seed(seed ^ 0x5ce7_a810);
+        let max_pods = rng.u32(6..=16);
+        let mut steps = vec![Step {
+            at: Duration::ZERO,
+            action: Action::CreateClaims { count: rng.u32(1..=max_pods - 2), system: 1 },
+        }];
+        let mut at = Duration::ZERO;
+        for _ in 0..rng.u32(3..=8) {
+            at += Duration::from_secs(rng.u64(20..=240));
+            let count = rng.u32(1..=4);
+            let action = match rng.u32(0..5) {
+                0 | 1 => Action::CreateClaims { count, system: 0 },
+                2 => Action::DeleteClaims { count },
+                3 => Action::VanishStores { count },
+                _ => match rng.bool() {
+                    true => Action::DeleteBoundPods { count },
+                    false => Action::CrashBoundPods { count },
+                },
+            };
+            steps.push(Step { at, action });
+        }
+        let duration = at + Duration::from_secs(60);
+        let per_minute = |rng: &mut fastrand::Rng| rng.f64() * 0.6;
+        Self {
+            name: format!("random-{seed}"),
+            duration,
+            settle: Duration::from_secs(15 * 60),
+            pool: PoolShape {
+                name: "pool".into(),
+                max_idle: rng.u32(1..=3),
+                max_pods,
+                drain_timeout: Duration::from_secs(rng.u64(60..=300)),
+                min_delay: Duration::from_secs(rng.u64(1..=15)),
+            },
+            world: WorldShape {
+                start_delay: Duration::from_millis(rng.u64(500..=8000)),
+                stop_delay: Duration::from_millis(rng.u64(100..=3000)),
+                session_leave_delay: Duration::from_millis(rng.u64(500..=20_000)),
+            },
+            operators: if rng.u32(0..4) == 0 { 2 } else { 1 },
+            faults: FaultRates {
+                conflict_per_write: rng.f64() * 0.05,
+                server_error_per_request: rng.f64() * 0.02,
+                timeout_lost_per_write: rng.f64() * 0.02,
+                timeout_applied_per_write: rng.f64() * 0.02,
+                max_watch_lag: Duration::from_millis(rng.u64(0..=3000)),
+                dropped_watches_per_minute: per_minute(&mut rng),
+                operator_crashes_per_minute: per_minute(&mut rng),
+                second_replicas_per_minute: per_minute(&mut rng),
+                pod_crashes_per_minute: per_minute(&mut rng),
+                pod_evictions_per_minute: per_minute(&mut rng),
+                forced_deletions_per_minute: per_minute(&mut rng),
+                store_vanishes_per_minute: per_minute(&mut rng),
+                registry_errors_per_minute: per_minute(&mut rng),
+                slow_drains_per_minute: per_minute(&mut rng),
+            },
+            steps,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_read_as_written() {
+        assert_eq!(parse_duration("1h30m"), Some(Duration::from_secs(5400)));
+        assert_eq!(parse_duration("500ms"), Some(Duration::from_millis(500)));
+        assert_eq!(parse_duration("90s"), Some(Duration::from_secs(90)));
+        assert_eq!(parse_duration("5 minutes"), None);
+        assert_eq!(parse_duration(""), None);
+    }
+
+    #[test]
+    fn the_bundled_incident_scenario_reads() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scenarios/freetier-01.yaml");
+        let scenario = Scenario::load(path).unwrap();
+        assert!(scenario.pool.max_pods >= 14);
+        assert!(scenario.duration >= Duration::from_secs(2 * 3600));
+    }
+}
