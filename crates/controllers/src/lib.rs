@@ -4,6 +4,7 @@
 //!
 //! - [`claim`]: CNClaim binding, loss, release and finalization;
 //! - [`pool`]: CNPool pods, headless Service, scale and status;
+//! - [`claim_set`]: CNClaimSet member claims, scale and status;
 //! - [`store`]: each pool pod's CN store in HAKeeper, its phase changes
 //!   (register, recycle, terminate), the `cn-draining` finalizer, the
 //!   orphan sweep and the stats annotations — the only writer of the
@@ -16,6 +17,7 @@
 
 pub mod cache;
 pub mod claim;
+pub mod claim_set;
 mod context;
 mod error;
 pub mod metrics;
@@ -29,7 +31,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use cnpool_api::{CNClaim, CNPool, labels};
+use cnpool_api::{CNClaim, CNClaimSet, CNPool, labels};
 use cnpool_registry::StoreRegistry;
 use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::core::v1::Pod;
@@ -50,8 +52,9 @@ pub struct Telemetry {
     listed: Arc<AtomicUsize>,
 }
 
-/// The kinds whose first list makes the controllers ready: pods, claims, pools.
-const INFORMERS: usize = 3;
+/// The kinds whose first list makes the controllers ready: pods, claims,
+/// pools, claim sets.
+const INFORMERS: usize = 4;
 
 impl Telemetry {
     /// Telemetry reporting to `metrics`.
@@ -158,8 +161,9 @@ pub async fn run_observed<R>(
     let pod_writer: Writer<Pod> = Writer::default();
     let claim_writer: Writer<CNClaim> = Writer::default();
     let pool_writer: Writer<CNPool> = Writer::default();
-    let (pod_reader, claim_reader, pool_reader) =
-        (pod_writer.as_reader(), claim_writer.as_reader(), pool_writer.as_reader());
+    let claim_set_writer: Writer<CNClaimSet> = Writer::default();
+    let (pod_reader, claim_reader, pool_reader, claim_set_reader) =
+        (pod_writer.as_reader(), claim_writer.as_reader(), pool_writer.as_reader(), claim_set_writer.as_reader());
 
     let namespace = ctx.config.namespace.clone();
     let pods: Api<Pod> = match &namespace {
@@ -174,10 +178,14 @@ pub async fn run_observed<R>(
         Some(ns) => Api::namespaced(client.clone(), ns),
         None => Api::all(client.clone()),
     };
+    let claim_sets: Api<CNClaimSet> = match &namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
 
     let informers = {
-        let (pod_ctx, claim_ctx, pool_ctx) = (ctx.clone(), ctx.clone(), ctx.clone());
-        futures::future::join4(
+        let (pod_ctx, claim_ctx, pool_ctx, claim_set_ctx) = (ctx.clone(), ctx.clone(), ctx.clone(), ctx.clone());
+        futures::future::join5(
             cache::inform(
                 pods,
                 watcher::Config::default().labels(labels::POOL_NAME),
@@ -205,6 +213,15 @@ pub async fn run_observed<R>(
                 listed(),
                 shutdown.clone(),
             ),
+            cache::inform(
+                claim_sets,
+                watcher::Config::default(),
+                claim_set_writer,
+                ctx.claim_sets.clone(),
+                move |change| wake::claim_set_changed(&claim_set_ctx, change),
+                listed(),
+                shutdown.clone(),
+            ),
             store::poll_registry(ctx.clone(), shutdown.clone()),
         )
     };
@@ -229,6 +246,15 @@ pub async fn run_observed<R>(
             ctx.metrics.reconciled("CNPool", outcome_error(&result));
             async move { log_outcome("CNPool", result) }
         });
+    let claim_set_controller = Controller::for_stream(futures::stream::pending(), claim_set_reader)
+        .reconcile_on(triggers.claim_sets)
+        .with_config(controller_config.clone())
+        .graceful_shutdown_on(shutdown.clone())
+        .run(claim_set::reconcile, claim_set::error_policy, ctx.clone())
+        .for_each(|result| {
+            ctx.metrics.reconciled("CNClaimSet", outcome_error(&result));
+            async move { log_outcome("CNClaimSet", result) }
+        });
     let store_controller = Controller::for_stream(futures::stream::pending(), pod_reader)
         .reconcile_on(triggers.pods)
         .with_config(controller_config)
@@ -238,7 +264,7 @@ pub async fn run_observed<R>(
             ctx.metrics.reconciled("Pod", outcome_error(&result));
             async move { log_outcome("Pod", result) }
         });
-    futures::future::join4(informers, claim_controller, pool_controller, store_controller).await;
+    futures::future::join5(informers, claim_controller, pool_controller, claim_set_controller, store_controller).await;
 }
 
 /// The metric label of a failed reconcile's error.

@@ -90,15 +90,9 @@ fn rank(member: &MemberView) -> u8 {
 /// The set's plan. `members` are the claims the set controls (by owner
 /// reference), whatever their state; `expected` holds this process's
 /// creations (names) and deletions (UIDs) not yet seen.
-pub fn plan_claim_set<'a>(
-    set: &ClaimSetView,
-    members: &'a [MemberView],
-    expected: &Expectations,
-) -> ClaimSetPlan<'a> {
-    let mut delete: Vec<&MemberView> = members
-        .iter()
-        .filter(|member| member.phase == Some(ClaimPhase::Lost) && deletable(member, expected))
-        .collect();
+pub fn plan_claim_set<'a>(set: &ClaimSetView, members: &'a [MemberView], expected: &Expectations) -> ClaimSetPlan<'a> {
+    let mut delete: Vec<&MemberView> =
+        members.iter().filter(|member| member.phase == Some(ClaimPhase::Lost) && deletable(member, expected)).collect();
     let kept = |member: &&MemberView| {
         !member.deleting
             && !expected.deletions.contains(&member.uid)
@@ -131,8 +125,7 @@ pub fn plan_claim_set<'a>(
 
 /// The members scale-in may delete, in the order it deletes them.
 fn scale_in_order<'a>(remaining: &[&'a MemberView], expected: &Expectations) -> Vec<&'a MemberView> {
-    let mut order: Vec<&MemberView> =
-        remaining.iter().copied().filter(|member| deletable(member, expected)).collect();
+    let mut order: Vec<&MemberView> = remaining.iter().copied().filter(|member| deletable(member, expected)).collect();
     order.sort_by_key(|member| {
         let pod = member.pod.as_ref();
         (

@@ -140,7 +140,11 @@ pub fn member_view(claim: &CNClaim, pod: Option<&PodView>) -> Result<MemberView,
         phase: claim.phase(),
         deleting: meta.deletion_timestamp.is_some(),
         migrating: claim.spec.source_pod.as_ref().is_some_and(|source| !source.pod_name.is_empty()),
-        pod: pod.map(|pod| MemberPod { name: pod.name.clone(), deletion_cost: pod.deletion_cost, created: pod.created }),
+        pod: pod.map(|pod| MemberPod {
+            name: pod.name.clone(),
+            deletion_cost: pod.deletion_cost,
+            created: pod.created,
+        }),
     })
 }
 

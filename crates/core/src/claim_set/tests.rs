@@ -68,7 +68,8 @@ fn members_named_by_the_go_operator_count_and_keep_their_names() {
 
 #[test]
 fn a_name_held_by_a_claim_being_deleted_is_not_free() {
-    let members = [MemberView { deleting: true, ..member("set-0", ClaimPhase::Bound) }, member("set-1", ClaimPhase::Bound)];
+    let members =
+        [MemberView { deleting: true, ..member("set-0", ClaimPhase::Bound) }, member("set-1", ClaimPhase::Bound)];
     let plan = plan_claim_set(&set(3), &members, &none());
     assert_eq!(created(&plan), ["set-2"]);
 }
@@ -172,7 +173,11 @@ fn any_member(name: &'static str) -> impl Strategy<Value = MemberView> {
                 phase,
                 deleting,
                 migrating,
-                pod: holds.then(|| MemberPod { name: format!("pod-{name}"), deletion_cost: cost, created: at(created) }),
+                pod: holds.then(|| MemberPod {
+                    name: format!("pod-{name}"),
+                    deletion_cost: cost,
+                    created: at(created),
+                }),
                 ..member(name, ClaimPhase::Pending)
             }
         },
