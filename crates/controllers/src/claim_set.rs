@@ -64,9 +64,9 @@ pub async fn reconcile<R: StoreRegistry + 'static>(
     };
     let mut live: Vec<&CNClaim> = raw_members.iter().map(AsRef::as_ref).filter(|claim| !gone(claim)).collect();
     live.sort_by_key(|claim| claim.name_any());
-    write_status(&ctx, &set, &live, expected.creations.len() + created).await?;
+    let reported = write_status(&ctx, &set, &live, expected.creations.len() + created).await?;
 
-    if busy || !expected.creations.is_empty() || !expected.deletions.is_empty() {
+    if busy || !reported || !expected.creations.is_empty() || !expected.deletions.is_empty() {
         return Ok(Action::requeue(ctx.backoff(Kind::ClaimSet, &key)));
     }
     ctx.settled(Kind::ClaimSet, &key);
@@ -195,7 +195,10 @@ async fn create_member<R>(ctx: &Context<R>, set: &CNClaimSet, key: &Key, new: &N
 
 /// Writes the set's status when it differs: `live` are the members not
 /// going away, `awaited` the creations the cache does not show yet.
-async fn write_status<R>(ctx: &Context<R>, set: &CNClaimSet, live: &[&CNClaim], awaited: usize) -> Result<(), Error> {
+/// `false` when the set changed since it was read (often by this
+/// controller's previous status write, not yet in the cache): the set is
+/// then looked at again soon, since its own status writes wake nothing.
+async fn write_status<R>(ctx: &Context<R>, set: &CNClaimSet, live: &[&CNClaim], awaited: usize) -> Result<bool, Error> {
     let current = set.status.clone().unwrap_or_default();
     let ready = live.iter().filter(|claim| matches!(claim.phase(), Some(ClaimPhase::Bound | ClaimPhase::Outdated)));
     let count = |n: usize| i32::try_from(n).unwrap_or(i32::MAX);
@@ -209,14 +212,15 @@ async fn write_status<R>(ctx: &Context<R>, set: &CNClaimSet, live: &[&CNClaim], 
         observed_generation: set.metadata.generation,
     };
     if status == current {
-        return Ok(());
+        return Ok(true);
     }
     let mut updated = set.clone();
     updated.status = Some(status);
     let sets: Api<CNClaimSet> = Api::namespaced(ctx.client.clone(), set.namespace().as_deref().unwrap_or_default());
     match sets.replace_status(&set.name_any(), &PostParams::default(), &updated).await {
-        Ok(_) => Ok(()),
-        Err(error) if is_stale(&error) || is_not_found(&error) => Ok(()),
+        Ok(_) => Ok(true),
+        Err(error) if is_not_found(&error) => Ok(true),
+        Err(error) if is_stale(&error) => Ok(false),
         Err(error) => Err(Error::kube("write status of", format!("CNClaimSet {}", set.name_any()), error)),
     }
 }
