@@ -6,9 +6,9 @@
 //!
 //! - **The name is the lock.** New members are named `<set>-<slot>`, the
 //!   lowest free slot first, with slots below `replicas − extras`, where
-//!   *extras* are the live members whose name is not such a slot below
-//!   `replicas` (members the Go operator named `<set>-<random>`, or slots
-//!   left above `replicas` by a scale-in). A name held by any object, even
+//!   *extras* are the live members whose name is not such an open slot
+//!   (members the Go operator named `<set>-<random>`, or slots left above
+//!   the open ones by a scale-in; see [`open_slots`]). A name held by any object, even
 //!   one being deleted, is not free. Extras only ever go away, so every
 //!   view — however stale — counts at least as many extras as there are
 //!   now, and every name it can pick lies below `replicas − extras now`:
@@ -107,8 +107,7 @@ pub fn plan_claim_set<'a>(set: &ClaimSetView, members: &'a [MemberView], expecte
     let live = remaining.len() as u64 + awaited.len() as u64;
     let mut create = Vec::new();
     if live < replicas && !set.deleting {
-        let extras = remaining.iter().filter(|member| slot_of(&set.name, &member.name, set.replicas).is_none()).count();
-        let slots = set.replicas.saturating_sub(u32::try_from(extras).unwrap_or(u32::MAX));
+        let slots = open_slots(set, &remaining);
         create = (0..slots)
             .map(|slot| NewMember { name: member_name(&set.name, slot), instance_id: slot })
             .filter(|new| !held.contains(new.name.as_str()) && !awaited.contains(new.name.as_str()))
@@ -121,6 +120,25 @@ pub fn plan_claim_set<'a>(set: &ClaimSetView, members: &'a [MemberView], expecte
         delete.extend(scale_in_order(&remaining, expected).into_iter().take(excess));
     }
     ClaimSetPlan { delete, create }
+}
+
+/// How many slots new members may take: `replicas − extras`, where extras
+/// are the members outside those slots. Members in slots at or above that
+/// bound (left by a scale-in and a scale-out since) are extras too, so the
+/// bound is the fixed point, reached from `replicas` downwards.
+fn open_slots(set: &ClaimSetView, remaining: &[&MemberView]) -> u32 {
+    let mut slots = set.replicas;
+    loop {
+        let extras = remaining
+            .iter()
+            .filter(|member| slot_of(&set.name, &member.name, set.replicas).is_none_or(|slot| slot >= slots))
+            .count();
+        let bound = set.replicas.saturating_sub(u32::try_from(extras).unwrap_or(u32::MAX));
+        if bound >= slots {
+            return slots;
+        }
+        slots = bound;
+    }
 }
 
 /// The members scale-in may delete, in the order it deletes them.

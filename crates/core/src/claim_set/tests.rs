@@ -296,7 +296,9 @@ proptest! {
         initial in any_members(),
         steps in proptest::collection::vec((0..6u8, 0..2usize, 0..8usize), 1..60),
     ) {
-        let mut world = initial;
+        // Each object has a UID of its own: creations below get fresh ones.
+        let mut world: Vec<MemberView> =
+            initial.into_iter().map(|member| MemberView { uid: format!("{}-initial", member.uid), ..member }).collect();
         let mut replicas = start.max(live(&world) as u32);
         let mut views: [(u32, Vec<MemberView>); 2] = [(replicas, world.clone()), (replicas, world.clone())];
         let mut uids = 0;
