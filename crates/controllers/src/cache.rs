@@ -5,8 +5,10 @@
 //! module's indexes, and reports every change as (old, new) to a handler
 //! that decides whom it wakes. Indexes:
 //! - pods by pool and phase, by claim UID, by CN store UUID;
-//! - claims by UID, by `spec.podName`, by `spec.sourcePod` and by pool;
-//! - pools, with the revision of their current template.
+//! - claims by UID, by `spec.podName`, by `spec.sourcePod`, by pool and
+//!   by the claim set that controls them;
+//! - pools, with the revision of their current template;
+//! - claim sets, by key only.
 //!
 //! No decision lists every object of a kind. Maps are ordered, so that
 //! whatever walks them (a relist, a wake) does so in the same order in
@@ -16,7 +18,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::hash::Hash;
 use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-use cnpool_api::{CNClaim, CNPool, labels};
+use cnpool_api::{CNClaim, CNClaimSet, CNPool, labels};
 use futures::StreamExt;
 use futures::future::Shared;
 use k8s_openapi::api::core::v1::Pod;
@@ -180,6 +182,19 @@ pub struct ClaimIndex {
     by_source: BTreeMap<Key, BTreeSet<String>>,
     /// (namespace, spec.poolName, empty for none) → claim names.
     by_pool: BTreeMap<Key, BTreeSet<String>>,
+    /// UID of the claim set named by the claim's controller owner
+    /// reference → claim keys.
+    by_claim_set: BTreeMap<String, BTreeSet<Key>>,
+}
+
+/// The owner reference of the claim set that controls `claim` (the one
+/// with `controller: true` and kind CNClaimSet), if any.
+pub fn controlling_set(claim: &CNClaim) -> Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference> {
+    claim.metadata.owner_references.iter().flatten().find(|owner| {
+        owner.controller == Some(true)
+            && owner.kind == "CNClaimSet"
+            && owner.api_version.starts_with("core.matrixorigin.io/")
+    })
 }
 
 impl Index<CNClaim> for ClaimIndex {
@@ -194,6 +209,9 @@ impl Index<CNClaim> for ClaimIndex {
         if let Some(source) = claim.spec.source_pod.as_ref().filter(|source| !source.pod_name.is_empty()) {
             add(&mut self.by_source, (namespace.clone(), source.pod_name.clone()), name.clone());
         }
+        if let Some(set) = controlling_set(claim) {
+            add(&mut self.by_claim_set, set.uid.clone(), (namespace.clone(), name.clone()));
+        }
         add(&mut self.by_pool, (namespace, claim.spec.pool_name.clone()), name);
     }
 
@@ -205,6 +223,9 @@ impl Index<CNClaim> for ClaimIndex {
         drop_from(&mut self.by_pod_name, &(namespace.clone(), claim.spec.pod_name.clone()), &name);
         if let Some(source) = claim.spec.source_pod.as_ref() {
             drop_from(&mut self.by_source, &(namespace.clone(), source.pod_name.clone()), &name);
+        }
+        if let Some(set) = controlling_set(claim) {
+            drop_from(&mut self.by_claim_set, &set.uid, &(namespace.clone(), name.clone()));
         }
         drop_from(&mut self.by_pool, &(namespace, claim.spec.pool_name.clone()), &name);
     }
@@ -226,9 +247,21 @@ impl Index<CNPool> for PoolIndex {
     }
 }
 
+/// Claim sets need no secondary index: their members are found through
+/// the claims' index, and a claim names its set in its owner reference.
+#[derive(Default)]
+pub struct NoIndex;
+
+impl<K> Index<K> for NoIndex {
+    fn insert(&mut self, _: &Arc<K>) {}
+
+    fn remove(&mut self, _: &Arc<K>) {}
+}
+
 pub type Pods = Cache<Pod, PodIndex>;
 pub type Claims = Cache<CNClaim, ClaimIndex>;
 pub type Pools = Cache<CNPool, PoolIndex>;
+pub type ClaimSets = Cache<CNClaimSet, NoIndex>;
 
 impl Pods {
     /// Pods of `pool` in `phase` (as their label reads).
@@ -279,6 +312,13 @@ impl Claims {
             let key = (namespace.to_owned(), pod.to_owned());
             let named = index.by_pod_name.get(&key).into_iter().flatten();
             named.chain(index.by_source.get(&key).into_iter().flatten()).cloned().collect()
+        })
+    }
+
+    /// Claims controlled by the claim set whose UID is `set_uid`.
+    pub fn of_claim_set(&self, set_uid: &str) -> Vec<Arc<CNClaim>> {
+        self.with(|objects, index| {
+            index.by_claim_set.get(set_uid).into_iter().flatten().filter_map(|key| objects.get(key).cloned()).collect()
         })
     }
 

@@ -14,7 +14,7 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 
 use crate::Config;
-use crate::cache::{Claims, Key, Pods, Pools};
+use crate::cache::{ClaimSets, Claims, Key, Pods, Pools};
 use crate::wake::Wakers;
 
 /// Where the controllers read the time of day (timestamps they write,
@@ -56,12 +56,52 @@ pub struct StoreSnapshot {
     pub missing_since: BTreeMap<String, Timestamp>,
 }
 
-/// A pool's writes not yet seen in the cache: created pod names and
-/// deleted (or retired) pod UIDs, each with when it was issued.
+/// How long a creation or deletion this process issued is expected to show
+/// in the cache; past that it is forgotten and plans read the cache alone.
+const EXPECTATION_TTL: Duration = Duration::from_secs(30);
+
+/// One owner's writes not yet seen in the cache: created object names and
+/// deleted (or retired) object UIDs, each with when it was issued.
 #[derive(Default)]
-pub struct PoolExpectations {
-    pub creations: BTreeMap<String, Instant>,
-    pub deletions: BTreeMap<String, Instant>,
+struct Outstanding {
+    creations: BTreeMap<String, Instant>,
+    deletions: BTreeMap<String, Instant>,
+}
+
+/// The creations and deletions one controller issued for the objects it
+/// manages (a pool's pods, a claim set's claims), per owner, until its cache
+/// shows them: its plans count them so that a lagging cache makes it
+/// neither create nor delete twice.
+#[derive(Default)]
+pub struct Expected(Mutex<BTreeMap<Key, Outstanding>>);
+
+impl Expected {
+    pub fn creation(&self, owner: &Key, name: &str) {
+        lock(&self.0).entry(owner.clone()).or_default().creations.insert(name.to_owned(), Instant::now());
+    }
+
+    pub fn deletion(&self, owner: &Key, uid: &str) {
+        lock(&self.0).entry(owner.clone()).or_default().deletions.insert(uid.to_owned(), Instant::now());
+    }
+
+    /// What `owner`'s plan must still count, once what the cache shows is
+    /// dropped: a creation whose name is `seen`, a deletion whose UID is no
+    /// longer `shown` as before, and anything older than the TTL.
+    pub fn outstanding(
+        &self,
+        owner: &Key,
+        seen: impl Fn(&str) -> bool,
+        shown: impl Fn(&str) -> bool,
+    ) -> cnpool_core::pool::Expectations {
+        let mut all = lock(&self.0);
+        let Outstanding { creations, deletions } = all.entry(owner.clone()).or_default();
+        creations.retain(|name, at| at.elapsed() < EXPECTATION_TTL && !seen(name));
+        deletions.retain(|uid, at| at.elapsed() < EXPECTATION_TTL && shown(uid));
+        cnpool_core::pool::Expectations {
+            creations: creations.keys().cloned().collect(),
+            deletions: deletions.keys().cloned().collect(),
+        }
+    }
 }
 
 /// Which controller a backoff counter belongs to.
@@ -69,6 +109,7 @@ pub struct PoolExpectations {
 pub enum Kind {
     Claim,
     Pool,
+    ClaimSet,
     Pod,
 }
 
@@ -79,6 +120,7 @@ pub struct Context<R> {
     pub pods: Arc<Pods>,
     pub claims: Arc<Claims>,
     pub pools: Arc<Pools>,
+    pub claim_sets: Arc<ClaimSets>,
     pub wake: Wakers,
     pub metrics: Arc<crate::Metrics>,
     stores: Mutex<StoreSnapshot>,
@@ -87,8 +129,11 @@ pub struct Context<R> {
     /// cache still shows them Idle.
     recently_acquired: Mutex<BTreeMap<String, Instant>>,
     /// Pods the pool controller created or deleted but the cache has not
-    /// shown yet, per pool: name → when, pod UID → when.
-    pub(crate) expected: Mutex<BTreeMap<Key, PoolExpectations>>,
+    /// shown yet, per pool.
+    pub(crate) expected: Expected,
+    /// Claims the claim set controller created or deleted but the cache has
+    /// not shown yet, per claim set.
+    pub(crate) expected_members: Expected,
     recorder: Recorder,
 }
 
@@ -113,12 +158,14 @@ impl<R> Context<R> {
             pods: Arc::default(),
             claims: Arc::default(),
             pools: Arc::default(),
+            claim_sets: Arc::default(),
             wake: Wakers::new(),
             metrics,
             stores: Mutex::default(),
             backoff: Mutex::default(),
             recently_acquired: Mutex::default(),
-            expected: Mutex::default(),
+            expected: Expected::default(),
+            expected_members: Expected::default(),
         }
     }
 

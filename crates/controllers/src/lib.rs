@@ -3,6 +3,7 @@
 //! writes (DESIGN §2).
 //!
 //! - [`claim`]: CNClaim binding, loss, release and finalization;
+//! - [`claim_set`]: CNClaimSet member claims, scale and status;
 //! - [`pool`]: CNPool pods, headless Service, scale and status;
 //! - [`store`]: each pool pod's CN store in HAKeeper, its phase changes
 //!   (register, recycle, terminate), the `cn-draining` finalizer, the
@@ -16,6 +17,7 @@
 
 pub mod cache;
 pub mod claim;
+pub mod claim_set;
 mod context;
 mod error;
 pub mod metrics;
@@ -29,7 +31,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use cnpool_api::{CNClaim, CNPool, labels};
+use cnpool_api::{CNClaim, CNClaimSet, CNPool, labels};
 use cnpool_registry::StoreRegistry;
 use futures::future::{BoxFuture, Shared};
 use futures::{FutureExt, StreamExt};
@@ -53,8 +55,9 @@ pub struct Telemetry {
     listed: Arc<AtomicUsize>,
 }
 
-/// The kinds whose first list makes the controllers ready: pods, claims, pools.
-const INFORMERS: usize = 3;
+/// The kinds whose first list makes the controllers ready: pods, claims,
+/// pools, claim sets.
+const INFORMERS: usize = 4;
 
 impl Telemetry {
     /// Telemetry reporting to `metrics`.
@@ -153,7 +156,7 @@ pub async fn run_observed<R>(
     R: StoreRegistry + 'static,
 {
     let shutdown = shutdown.boxed().shared();
-    let Wiring { ctx, informers, pods, claims, pools, triggers } =
+    let Wiring { ctx, informers, pods, claims, pools, claim_sets, triggers } =
         wire(client, registry, config, &telemetry, shutdown.clone());
     let controller_config = controller::Config::default().concurrency(ctx.config.workers);
     let claim_controller = Controller::for_stream(futures::stream::pending(), claims)
@@ -174,6 +177,15 @@ pub async fn run_observed<R>(
             ctx.metrics.reconciled("CNPool", outcome_error(&result));
             async move { log_outcome("CNPool", result) }
         });
+    let claim_set_controller = Controller::for_stream(futures::stream::pending(), claim_sets)
+        .reconcile_on(triggers.claim_sets)
+        .with_config(controller_config.clone())
+        .graceful_shutdown_on(shutdown.clone())
+        .run(claim_set::reconcile, claim_set::error_policy, ctx.clone())
+        .for_each(|result| {
+            ctx.metrics.reconciled("CNClaimSet", outcome_error(&result));
+            async move { log_outcome("CNClaimSet", result) }
+        });
     let store_controller = Controller::for_stream(futures::stream::pending(), pods)
         .reconcile_on(triggers.pods)
         .with_config(controller_config)
@@ -183,7 +195,7 @@ pub async fn run_observed<R>(
             ctx.metrics.reconciled("Pod", outcome_error(&result));
             async move { log_outcome("Pod", result) }
         });
-    futures::future::join4(informers, claim_controller, pool_controller, store_controller).await;
+    futures::future::join5(informers, claim_controller, pool_controller, claim_set_controller, store_controller).await;
 }
 
 /// The operator's parts before a runtime drives them: [`run`] hands them to
@@ -199,6 +211,7 @@ pub struct Wiring<R> {
     pub pods: Store<Pod>,
     pub claims: Store<CNClaim>,
     pub pools: Store<CNPool>,
+    pub claim_sets: Store<CNClaimSet>,
     /// The objects to reconcile, as the watches' changes wake them.
     pub triggers: Triggers,
 }
@@ -226,14 +239,20 @@ where
     let pod_writer: Writer<Pod> = Writer::default();
     let claim_writer: Writer<CNClaim> = Writer::default();
     let pool_writer: Writer<CNPool> = Writer::default();
-    let (pods, claims, pools) = (pod_writer.as_reader(), claim_writer.as_reader(), pool_writer.as_reader());
+    let claim_set_writer: Writer<CNClaimSet> = Writer::default();
+    let (pods, claims, pools, claim_sets) =
+        (pod_writer.as_reader(), claim_writer.as_reader(), pool_writer.as_reader(), claim_set_writer.as_reader());
 
     let namespace = ctx.config.namespace.as_deref();
-    let (pod_api, claim_api, pool_api) =
-        (scoped(&client, namespace), scoped(&client, namespace), scoped(&client, namespace));
+    let (pod_api, claim_api, pool_api, claim_set_api) = (
+        scoped(&client, namespace),
+        scoped(&client, namespace),
+        scoped(&client, namespace),
+        scoped(&client, namespace),
+    );
 
-    let (pod_ctx, claim_ctx, pool_ctx) = (ctx.clone(), ctx.clone(), ctx.clone());
-    let informers = futures::future::join4(
+    let (pod_ctx, claim_ctx, pool_ctx, claim_set_ctx) = (ctx.clone(), ctx.clone(), ctx.clone(), ctx.clone());
+    let informers = futures::future::join5(
         cache::inform(
             pod_api,
             watcher::Config::default().labels(labels::POOL_NAME),
@@ -261,12 +280,21 @@ where
             listed(),
             shutdown.clone(),
         ),
+        cache::inform(
+            claim_set_api,
+            watcher::Config::default(),
+            claim_set_writer,
+            ctx.claim_sets.clone(),
+            move |change| wake::claim_set_changed(&claim_set_ctx, change),
+            listed(),
+            shutdown.clone(),
+        ),
         store::poll_registry(ctx.clone(), shutdown),
     )
     .map(drop)
     .boxed();
     let triggers = ctx.wake.take_receivers();
-    Wiring { ctx, informers, pods, claims, pools, triggers }
+    Wiring { ctx, informers, pods, claims, pools, claim_sets, triggers }
 }
 
 /// An `Api` of the whole cluster, or of `namespace` alone.

@@ -6,9 +6,6 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::Arc;
-use std::time::Duration;
-
-use tokio::time::Instant;
 
 use cnpool_api::selector::selector_matches;
 use cnpool_api::{CNClaim, CNPool, CNPoolStatus, PodPhase, labels};
@@ -26,13 +23,9 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
 use crate::cache::{Key, key_of};
-use crate::context::{Context, Kind, PoolExpectations};
+use crate::context::{Context, Kind};
 use crate::error::{Error, is_already_exists, is_not_found, is_stale};
 use crate::ownership::{self, Outcome, Transition};
-
-/// How long a creation or deletion this process issued is expected to show
-/// in the cache; past that it is forgotten and the plan reads the cache alone.
-const EXPECTATION_TTL: Duration = Duration::from_secs(30);
 
 /// The revision label of pods made from `template`: the first 10 hex digits
 /// of the SHA-256 of the template's canonical JSON (object keys sorted, no
@@ -156,7 +149,7 @@ pub async fn reconcile<R: StoreRegistry + 'static>(pool: Arc<CNPool>, ctx: Arc<C
     for pod in &plan.retire {
         let Some(raw) = raw_pods.iter().find(|raw| raw.uid().as_deref() == Some(pod.uid.as_str())) else { continue };
         if let Outcome::Applied(_) = ownership::transition(&ctx.client, raw, Transition::Retire, ctx.now()).await? {
-            expect_deletion(&ctx, &key, &pod.uid);
+            ctx.expected.deletion(&key, &pod.uid);
         }
     }
     for pod in &plan.delete {
@@ -184,28 +177,18 @@ fn pod_labels(pool: &CNPool) -> BTreeMap<String, String> {
     labels
 }
 
-/// The pool's expectations, with what the cache now shows dropped.
+/// The pool's expectations, with what the cache now shows dropped: a
+/// retired or deleted pod is seen once it is no longer Idle or starting.
 fn expectations<R>(ctx: &Context<R>, key: &Key, pods: &[PodView]) -> Expectations {
-    let mut all = ctx.expected.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    let PoolExpectations { creations, deletions } = all.entry(key.clone()).or_default();
-    creations.retain(|name, at| at.elapsed() < EXPECTATION_TTL && !pods.iter().any(|pod| &pod.name == name));
-    deletions.retain(|uid, at| {
-        let still_shown = pods.iter().any(|pod| {
-            &pod.uid == uid && !pod.deleting && matches!(pod.phase, Some(PodPhase::Idle | PodPhase::Unknown))
-        });
-        at.elapsed() < EXPECTATION_TTL && still_shown
-    });
-    Expectations { creations: creations.keys().cloned().collect(), deletions: deletions.keys().cloned().collect() }
-}
-
-fn expect_creation<R>(ctx: &Context<R>, key: &Key, name: &str) {
-    let mut all = ctx.expected.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    all.entry(key.clone()).or_default().creations.insert(name.to_owned(), Instant::now());
-}
-
-fn expect_deletion<R>(ctx: &Context<R>, key: &Key, uid: &str) {
-    let mut all = ctx.expected.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    all.entry(key.clone()).or_default().deletions.insert(uid.to_owned(), Instant::now());
+    ctx.expected.outstanding(
+        key,
+        |name| pods.iter().any(|pod| pod.name == name),
+        |uid| {
+            pods.iter().any(|pod| {
+                pod.uid == uid && !pod.deleting && matches!(pod.phase, Some(PodPhase::Idle | PodPhase::Unknown))
+            })
+        },
+    )
 }
 
 async fn ensure_service<R>(ctx: &Context<R>, pool: &CNPool) -> Result<(), Error> {
@@ -272,7 +255,7 @@ async fn create_pod<R>(ctx: &Context<R>, pool: &CNPool, revision: &str, name: &s
     match pods.create(&PostParams::default(), &pod).await {
         Ok(_) => {
             tracing::info!(pool = %pool_name, pod = %name, revision, "created pod");
-            expect_creation(ctx, &(namespace, pool_name), name);
+            ctx.expected.creation(&(namespace, pool_name), name);
             Ok(())
         }
         // The name is the lock: another worker or operator created it.
@@ -293,7 +276,7 @@ async fn delete_pod<R>(ctx: &Context<R>, key: &Key, pod: &PodView) -> Result<(),
     match pods.delete(&pod.name, &params).await {
         Ok(_) => {
             tracing::info!(pool = %key.1, pod = %pod.name, "deleted terminating pod");
-            expect_deletion(ctx, key, &pod.uid);
+            ctx.expected.deletion(key, &pod.uid);
             Ok(())
         }
         Err(error) if is_stale(&error) || is_not_found(&error) => Ok(()),

@@ -7,19 +7,20 @@
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use cnpool_api::{CNClaim, CNPool, labels};
+use cnpool_api::{CNClaim, CNClaimSet, CNPool, labels};
 use futures::channel::mpsc::{UnboundedReceiver, UnboundedSender, unbounded};
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
 
-use crate::cache::{Change, key_of};
+use crate::cache::{Change, controlling_set, key_of};
 use crate::context::Context;
 
 /// The receiving ends, taken once by [`crate::run`].
 pub struct Triggers {
     pub claims: UnboundedReceiver<ObjectRef<CNClaim>>,
     pub pools: UnboundedReceiver<ObjectRef<CNPool>>,
+    pub claim_sets: UnboundedReceiver<ObjectRef<CNClaimSet>>,
     pub pods: UnboundedReceiver<ObjectRef<Pod>>,
 }
 
@@ -27,6 +28,7 @@ pub struct Triggers {
 pub struct Wakers {
     claims: UnboundedSender<ObjectRef<CNClaim>>,
     pools: UnboundedSender<ObjectRef<CNPool>>,
+    claim_sets: UnboundedSender<ObjectRef<CNClaimSet>>,
     pods: UnboundedSender<ObjectRef<Pod>>,
     receivers: Mutex<Option<Triggers>>,
 }
@@ -35,9 +37,10 @@ impl Wakers {
     pub fn new() -> Self {
         let (claims, claim_rx) = unbounded();
         let (pools, pool_rx) = unbounded();
+        let (claim_sets, claim_set_rx) = unbounded();
         let (pods, pod_rx) = unbounded();
-        let receivers = Triggers { claims: claim_rx, pools: pool_rx, pods: pod_rx };
-        Self { claims, pools, pods, receivers: Mutex::new(Some(receivers)) }
+        let receivers = Triggers { claims: claim_rx, pools: pool_rx, claim_sets: claim_set_rx, pods: pod_rx };
+        Self { claims, pools, claim_sets, pods, receivers: Mutex::new(Some(receivers)) }
     }
 
     /// The receivers; `run` takes them once per context.
@@ -47,8 +50,9 @@ impl Wakers {
             // A second `run` on one context: give it receivers nobody feeds.
             let (_, claims) = unbounded();
             let (_, pools) = unbounded();
+            let (_, claim_sets) = unbounded();
             let (_, pods) = unbounded();
-            Triggers { claims, pools, pods }
+            Triggers { claims, pools, claim_sets, pods }
         })
     }
 
@@ -59,6 +63,10 @@ impl Wakers {
 
     pub fn pool(&self, namespace: &str, name: &str) {
         let _ = self.pools.unbounded_send(ObjectRef::new(name).within(namespace));
+    }
+
+    pub fn claim_set(&self, namespace: &str, name: &str) {
+        let _ = self.claim_sets.unbounded_send(ObjectRef::new(name).within(namespace));
     }
 
     pub fn pod(&self, namespace: &str, name: &str) {
@@ -201,6 +209,31 @@ pub fn claim_changed<R>(ctx: &Context<R>, (old, new): Change<'_, CNClaim>) {
     if new.is_some() {
         ctx.wake.claim(&namespace, &name);
     }
+    // The set it belongs to counts it, orders it for scale-in and reports
+    // its status: all but its labels, finalizers and generation feed that.
+    let set_facts = |claim: &Arc<CNClaim>| {
+        (
+            claim.metadata.deletion_timestamp.is_some(),
+            claim.status.clone(),
+            claim.spec.pod_name.clone(),
+            claim.spec.source_pod.clone(),
+        )
+    };
+    let set_differs = match (old, new) {
+        (Some(old), Some(new)) => set_facts(old) != set_facts(new) || controlling_set(old) != controlling_set(new),
+        _ => true,
+    };
+    if set_differs {
+        let sets: BTreeSet<&str> = [old, new]
+            .into_iter()
+            .flatten()
+            .filter_map(|claim| controlling_set(claim))
+            .map(|set| set.name.as_str())
+            .collect();
+        for set in sets {
+            ctx.wake.claim_set(&namespace, set);
+        }
+    }
     // Pending counts of the pools it is nominated to.
     let mut pools: BTreeSet<String> = BTreeSet::new();
     for claim in [old, new].into_iter().flatten() {
@@ -236,6 +269,20 @@ pub fn pool_changed<R>(ctx: &Context<R>, (old, new): Change<'_, CNPool>) {
     };
     if differs && new.is_some() {
         ctx.wake.pool(&namespace, &name);
+    }
+}
+
+pub fn claim_set_changed<R>(ctx: &Context<R>, (old, new): Change<'_, CNClaimSet>) {
+    let Some(any) = new.or(old) else { return };
+    let (namespace, name) = key_of(any.as_ref());
+    // Its own status writes change none of these.
+    let facts = |set: &Arc<CNClaimSet>| (set.metadata.generation, set.metadata.deletion_timestamp.is_some());
+    let differs = match (old, new) {
+        (Some(old), Some(new)) => facts(old) != facts(new),
+        _ => true,
+    };
+    if differs && new.is_some() {
+        ctx.wake.claim_set(&namespace, &name);
     }
 }
 

@@ -10,11 +10,11 @@
 use std::time::Duration;
 
 use cnpool_api::labels;
-use cnpool_api::{CNClaim, CNPool, DurationError, GoDuration, PodPhase, cn_label_map, cn_store_uuid};
+use cnpool_api::{CNClaim, CNClaimSet, CNPool, DurationError, GoDuration, PodPhase, cn_label_map, cn_store_uuid};
 use cnpool_registry::CnStore;
 use k8s_openapi::api::core::v1::Pod;
 
-use crate::model::{ClaimView, PodView, PoolView, StoreView};
+use crate::model::{ClaimSetView, ClaimView, MemberPod, MemberView, PodView, PoolView, StoreView};
 
 /// Drain timeout of a pool that sets none.
 pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(30 * 60);
@@ -116,6 +116,35 @@ pub fn claim_view(claim: &CNClaim) -> Result<ClaimView, ConvertError> {
         cn_labels: cn_label_map(&spec.cn_labels),
         additional_pod_labels: spec.additional_pod_labels.clone(),
         claim_set: meta.labels.as_ref().and_then(|labels| labels.get(labels::CLAIM_SET)).and_then(|set| non_empty(set)),
+    })
+}
+
+/// Reads a claim set.
+pub fn claim_set_view(set: &CNClaimSet) -> Result<ClaimSetView, ConvertError> {
+    Ok(ClaimSetView {
+        name: required(set.metadata.name.as_ref(), "CNClaimSet", "metadata.name")?,
+        // Validation refuses negative values; should one slip through, it
+        // reads as 0, which creates nothing.
+        replicas: u32::try_from(set.spec.replicas).unwrap_or(0),
+        deleting: set.metadata.deletion_timestamp.is_some(),
+    })
+}
+
+/// Reads a member claim of a claim set and, when the cache has it, the pod
+/// it holds.
+pub fn member_view(claim: &CNClaim, pod: Option<&PodView>) -> Result<MemberView, ConvertError> {
+    let meta = &claim.metadata;
+    Ok(MemberView {
+        name: required(meta.name.as_ref(), "CNClaim", "metadata.name")?,
+        uid: required(meta.uid.as_ref(), "CNClaim", "metadata.uid")?,
+        phase: claim.phase(),
+        deleting: meta.deletion_timestamp.is_some(),
+        migrating: claim.spec.source_pod.as_ref().is_some_and(|source| !source.pod_name.is_empty()),
+        pod: pod.map(|pod| MemberPod {
+            name: pod.name.clone(),
+            deletion_cost: pod.deletion_cost,
+            created: pod.created,
+        }),
     })
 }
 

@@ -11,6 +11,7 @@
 //! - [`candidates`]: which pods a claim may acquire, best first;
 //! - [`claim`]: a claim's next step (bind, sync, finalize, legacy adoption);
 //! - [`pool`]: which pods a pool creates, retires and deletes;
+//! - [`claim_set`]: which member claims a claim set creates and deletes;
 //! - [`store`]: a pod's next phase and the HAKeeper writes its phase implies;
 //! - [`binding`]: the annotation a bound pod records its claim's wishes in.
 
@@ -19,6 +20,7 @@
 pub mod binding;
 pub mod candidates;
 pub mod claim;
+pub mod claim_set;
 pub mod convert;
 pub mod model;
 pub mod pool;

@@ -189,6 +189,45 @@ pub struct PoolView {
     pub deleting: bool,
 }
 
+/// A CNClaimSet as its scale plan needs it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClaimSetView {
+    /// `metadata.name`: also the prefix of its members' names.
+    pub name: String,
+    /// `spec.replicas`; a negative value reads as 0.
+    pub replicas: u32,
+    /// The set has a deletion timestamp.
+    pub deleting: bool,
+}
+
+/// A member claim of a claim set, as the set's scale plan needs it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MemberView {
+    /// `metadata.name`: the lock on its slot.
+    pub name: String,
+    /// `metadata.uid`: the precondition of its deletion.
+    pub uid: String,
+    /// `status.phase`.
+    pub phase: Option<ClaimPhase>,
+    /// The claim has a deletion timestamp.
+    pub deleting: bool,
+    /// `spec.sourcePod` is set: a migration is under way.
+    pub migrating: bool,
+    /// The pod the claim holds, when the cache has it.
+    pub pod: Option<MemberPod>,
+}
+
+/// What scale-in reads of a member's pod: its deletion order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MemberPod {
+    /// `metadata.name`.
+    pub name: String,
+    /// The `pod-deletion-cost` annotation (the CN's sessions); 0 when absent.
+    pub deletion_cost: i32,
+    /// `metadata.creationTimestamp`.
+    pub created: Timestamp,
+}
+
 /// A CN store as HAKeeper reports it, reduced to what decisions compare.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct StoreView {

@@ -174,7 +174,7 @@ pub async fn run_replica(
     ledger: Arc<Ledger>,
     shutdown: Shared<BoxFuture<'static, ()>>,
 ) {
-    let Wiring { ctx, informers, pods, claims, pools, triggers } =
+    let Wiring { ctx, informers, pods, claims, pools, triggers, .. } =
         cnpool_controllers::wire(client, registry, config, &cnpool_controllers::Telemetry::default(), shutdown.clone());
     let claim_controller = Controller {
         kind: "CNClaim",

@@ -1,0 +1,161 @@
+//! A claim set's scale plan (DESIGN §2, "Claim set").
+//!
+//! A set keeps `replicas` member claims. The plan says which members to
+//! create and which to delete; the claim controller binds the new ones and
+//! releases the pods of the deleted ones.
+//!
+//! - **The name is the lock.** New members are named `<set>-<slot>`, the
+//!   lowest free slot first, with slots below `replicas − extras`, where
+//!   *extras* are the live members whose name is not such an open slot
+//!   (members the Go operator named `<set>-<random>`, or slots left above
+//!   the open ones by a scale-in; see [`open_slots`]). A name held by any object, even
+//!   one being deleted, is not free. Extras only ever go away, so every
+//!   view — however stale — counts at least as many extras as there are
+//!   now, and every name it can pick lies below `replicas − extras now`:
+//!   two operators acting at once on stale views cannot take the set above
+//!   `replicas` live members (AlreadyExists stops the second creation of a
+//!   name), as long as `replicas` does not shrink under them.
+//! - **Lost** members are deleted (the claim controller releases their
+//!   pods) and replaced. A replacement needs a free name, so a member whose
+//!   slot is still held by a claim being finalized waits for it to go.
+//! - **Scale-in** deletes Pending members first, then Outdated ones, then
+//!   Bound ones, each by its pod's deletion order (fewest sessions
+//!   (`pod-deletion-cost`), then newest pod, then name); it never deletes a
+//!   claim mid-migration, and never a Bound one while a Pending or Lost
+//!   one is kept.
+//! - A **deleting set** creates nothing; owner garbage collection deletes
+//!   its members.
+
+use std::cmp::Reverse;
+use std::collections::BTreeSet;
+
+use cnpool_api::ClaimPhase;
+
+use crate::model::{ClaimSetView, MemberView};
+use crate::pool::Expectations;
+
+/// A member to create.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NewMember {
+    /// `<set>-<instance id>`.
+    pub name: String,
+    /// The slot, recorded in the `claim.matrixorigin.io/instance-id` label.
+    pub instance_id: u32,
+}
+
+/// What the claim set controller does next.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ClaimSetPlan<'a> {
+    /// Members to delete (with a UID precondition), before any creation.
+    pub delete: Vec<&'a MemberView>,
+    /// Members to create from the template, after the deletions.
+    pub create: Vec<NewMember>,
+}
+
+impl ClaimSetPlan<'_> {
+    /// Whether the plan asks for nothing.
+    pub fn is_empty(&self) -> bool {
+        self.create.is_empty() && self.delete.is_empty()
+    }
+}
+
+/// The name of the member in `slot` of set `set`.
+pub fn member_name(set: &str, slot: u32) -> String {
+    format!("{set}-{slot}")
+}
+
+/// The slot below `replicas` that `name` stands for in set `set`, if any.
+fn slot_of(set: &str, name: &str, replicas: u32) -> Option<u32> {
+    let digits = name.strip_prefix(set)?.strip_prefix('-')?;
+    // `<set>-01` is not the name of slot 1: only the canonical spelling is.
+    let slot: u32 = digits.parse().ok()?;
+    (member_name(set, slot) == name && slot < replicas).then_some(slot)
+}
+
+/// Whether a member can be deleted at all: not already going, not expected
+/// gone, not mid-migration.
+fn deletable(member: &MemberView, expected: &Expectations) -> bool {
+    !member.deleting && !expected.deletions.contains(&member.uid) && !member.migrating
+}
+
+/// Scale-in rank: lower goes first.
+fn rank(member: &MemberView) -> u8 {
+    match member.phase {
+        None | Some(ClaimPhase::Pending | ClaimPhase::Lost) => 0,
+        Some(ClaimPhase::Outdated) => 1,
+        Some(ClaimPhase::Bound) => 2,
+    }
+}
+
+/// The set's plan. `members` are the claims the set controls (by owner
+/// reference), whatever their state; `expected` holds this process's
+/// creations (names) and deletions (UIDs) not yet seen.
+pub fn plan_claim_set<'a>(set: &ClaimSetView, members: &'a [MemberView], expected: &Expectations) -> ClaimSetPlan<'a> {
+    let mut delete: Vec<&MemberView> =
+        members.iter().filter(|member| member.phase == Some(ClaimPhase::Lost) && deletable(member, expected)).collect();
+    let kept = |member: &&MemberView| {
+        !member.deleting
+            && !expected.deletions.contains(&member.uid)
+            && !delete.iter().any(|doomed| std::ptr::eq(*doomed, *member))
+    };
+    let remaining: Vec<&MemberView> = members.iter().filter(kept).collect();
+    let held: BTreeSet<&str> = members.iter().map(|member| member.name.as_str()).collect();
+    let awaited: BTreeSet<&str> =
+        expected.creations.iter().map(String::as_str).filter(|name| !held.contains(name)).collect();
+
+    let replicas = u64::from(set.replicas);
+    let live = remaining.len() as u64 + awaited.len() as u64;
+    let mut create = Vec::new();
+    if live < replicas && !set.deleting {
+        let slots = open_slots(set, &remaining);
+        create = (0..slots)
+            .map(|slot| NewMember { name: member_name(&set.name, slot), instance_id: slot })
+            .filter(|new| !held.contains(new.name.as_str()) && !awaited.contains(new.name.as_str()))
+            .take(usize::try_from(replicas - live).unwrap_or(usize::MAX))
+            .collect();
+    } else if remaining.len() as u64 > replicas {
+        // Creations still on their way are left out: they arrive Pending,
+        // and are deleted then rather than a Bound member now.
+        let excess = usize::try_from(remaining.len() as u64 - replicas).unwrap_or(usize::MAX);
+        delete.extend(scale_in_order(&remaining, expected).into_iter().take(excess));
+    }
+    ClaimSetPlan { delete, create }
+}
+
+/// How many slots new members may take: `replicas − extras`, where extras
+/// are the members outside those slots. Members in slots at or above that
+/// bound (left by a scale-in and a scale-out since) are extras too, so the
+/// bound is the fixed point, reached from `replicas` downwards.
+fn open_slots(set: &ClaimSetView, remaining: &[&MemberView]) -> u32 {
+    let mut slots = set.replicas;
+    loop {
+        let extras = remaining
+            .iter()
+            .filter(|member| slot_of(&set.name, &member.name, set.replicas).is_none_or(|slot| slot >= slots))
+            .count();
+        let bound = set.replicas.saturating_sub(u32::try_from(extras).unwrap_or(u32::MAX));
+        if bound >= slots {
+            return slots;
+        }
+        slots = bound;
+    }
+}
+
+/// The members scale-in may delete, in the order it deletes them.
+fn scale_in_order<'a>(remaining: &[&'a MemberView], expected: &Expectations) -> Vec<&'a MemberView> {
+    let mut order: Vec<&MemberView> = remaining.iter().copied().filter(|member| deletable(member, expected)).collect();
+    order.sort_by_key(|member| {
+        let pod = member.pod.as_ref();
+        (
+            rank(member),
+            pod.map(|pod| pod.deletion_cost),
+            Reverse(pod.map(|pod| pod.created)),
+            pod.map(|pod| pod.name.as_str()),
+            member.name.as_str(),
+        )
+    });
+    order
+}
+
+#[cfg(test)]
+mod tests;
