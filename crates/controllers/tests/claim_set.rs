@@ -187,10 +187,19 @@ async fn a_lost_member_is_replaced_by_a_new_claim_on_another_pod() {
     })
     .await;
     assert_eq!(after[&format!("{SET}-0")], before[&format!("{SET}-0")], "the healthy member keeps its pod");
-    // The pool may have made a new pod of the same name meanwhile.
-    let new_pod_uid = cluster.pods().get(&after[&victim]).await.unwrap().metadata.uid;
+    // By the UID the replacement recorded: the pool may have made a new pod
+    // of the same name meanwhile.
+    let replacement = &members(&cluster).await[&victim];
+    let new_pod_uid = replacement.status.as_ref().and_then(|status| status.store.as_ref()?.pod_uid.clone());
+    assert!(new_pod_uid.is_some(), "the replacement recorded its pod");
     assert_ne!(new_pod_uid, old_pod_uid, "the replacement holds another pod");
-    assert_eq!(loss_reasons(&commits, &victim).len(), 1, "the old member went Lost once before it was replaced");
+    // The recorder's watch may lag the reads above.
+    let reasons = eventually("the old member seen Lost", Duration::from_secs(10), || async {
+        let reasons = loss_reasons(&commits, &victim);
+        if reasons.is_empty() { Err("not yet".to_string()) } else { Ok(reasons) }
+    })
+    .await;
+    assert_eq!(reasons.len(), 1, "the old member went Lost once before it was replaced: {reasons:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
