@@ -62,15 +62,19 @@ fn bound_claim(name: &str, uid: &str, pod: &str) -> serde_json::Value {
     })
 }
 
-#[test]
-fn two_claims_bound_to_one_pod_break_exclusivity_at_once() {
-    let bounds = Bounds {
+/// A checker for a pool of at most 4 pods keeping 1 idle.
+fn small_pool_checker() -> Checker {
+    Checker::new(Bounds {
         max_pods: 4,
         max_idle: 1,
         start_delay: Duration::from_secs(1),
         store_missing_bound: Duration::from_secs(30),
-    };
-    let mut checker = Checker::new(bounds);
+    })
+}
+
+#[test]
+fn two_claims_bound_to_one_pod_break_exclusivity_at_once() {
+    let mut checker = small_pool_checker();
     let at = Duration::from_secs(5);
     checker.commit(&commit(1, "cnclaims", bound_claim("a", "uid-a", "pod-1")), at);
     checker.commit(&commit(2, "cnclaims", bound_claim("b", "uid-b", "pod-2")), at);
@@ -82,13 +86,7 @@ fn two_claims_bound_to_one_pod_break_exclusivity_at_once() {
 
 #[test]
 fn a_pod_naming_two_owners_breaks_exclusivity() {
-    let bounds = Bounds {
-        max_pods: 4,
-        max_idle: 1,
-        start_delay: Duration::from_secs(1),
-        store_missing_bound: Duration::from_secs(30),
-    };
-    let mut checker = Checker::new(bounds);
+    let mut checker = small_pool_checker();
     let at = Duration::from_secs(5);
     checker.commit(&commit(1, "cnclaims", bound_claim("a", "uid-a", "pod-1")), at);
     let pod = json!({
