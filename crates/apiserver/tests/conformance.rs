@@ -48,8 +48,27 @@ async fn target(test: &str) -> Target {
     let ns = format!("conf-{}-{}", test.replace('_', "-"), std::process::id());
     let target = Target { client, ns, _embedded: embedded, real };
     target.call(Method::POST, "/api/v1/namespaces", json!({"metadata": {"name": target.ns}})).await.unwrap();
+    if target.real {
+        await_default_token(&target).await;
+    }
     ensure_crd(&target).await;
     target
+}
+
+/// On a real server, pod admission refuses pods (500 ServerTimeout) until
+/// the controller manager has given the new namespace's default service
+/// account its token: wait for it, as a kubelet's user would.
+async fn await_default_token(target: &Target) {
+    let path = target.core("serviceaccounts", "/default");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let account = target.call(Method::GET, &path, Value::Null).await;
+        if account.is_ok_and(|account| account["secrets"].as_array().is_some_and(|secrets| !secrets.is_empty())) {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "the default service account of {} got no token", target.ns);
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
 }
 
 /// The test resource: `widgets` with status and scale subresources, a

@@ -39,7 +39,7 @@ enum Command {
     Dev(dev::DevArgs),
     /// Run the operator against a cluster and a MatrixOne cluster's HAKeeper,
     /// until SIGTERM or Ctrl-C.
-    Operator(operator::OperatorArgs),
+    Operator(Box<operator::OperatorArgs>),
     /// Benchmarks; each prints a table (and JSON with --json).
     Bench(bench::BenchArgs),
     /// Simulate a scenario deterministically for many seeds and check the
@@ -65,7 +65,7 @@ async fn main() -> anyhow::Result<()> {
             std::io::stdout().lock().write_all(yaml.as_bytes()).context("writing the CRDs to stdout")?;
         }
         Command::Dev(args) => dev::run(args).await?,
-        Command::Operator(args) => operator::run(args).await?,
+        Command::Operator(args) => operator::run(*args).await?,
         Command::Bench(args) => bench::run(args).await?,
         Command::Sim(args) => {
             // Each seed builds a runtime of its own, on a thread of its own.

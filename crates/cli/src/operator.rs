@@ -58,6 +58,11 @@ pub struct OperatorArgs {
     /// before it is let go anyway.
     #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = go_duration)]
     store_removal_timeout: Duration,
+    /// How long a migration target's CN store must have served the claim
+    /// before its source is released, so that the proxy routes new sessions
+    /// to the target first.
+    #[arg(long, value_name = "DURATION", default_value = "15s", value_parser = go_duration)]
+    migration_propagation_delay: Duration,
     /// How often a settled object is looked at again regardless of events.
     #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = go_duration)]
     resync: Duration,
@@ -124,6 +129,7 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
         workers: args.workers,
         store_missing_bound: args.store_missing_bound,
         store_removal_timeout: args.store_removal_timeout,
+        migration_propagation_delay: args.migration_propagation_delay,
         resync: args.resync,
         instance: identity.clone(),
         ..shadow_timing(args.dry_run)

@@ -78,8 +78,8 @@
 
 use std::sync::Arc;
 
-use cnpool_api::{CNClaim, CNClaimStatus, CNLabel, CNStoreStatus, ClaimPhase, labels};
-use cnpool_core::claim::{AfterRelease, ClaimInput, ClaimStep, LossReason, Release, next_claim_step};
+use cnpool_api::{CNClaim, CNClaimStatus, CNLabel, CNStoreStatus, ClaimPhase, MigrateStatus, Workload, labels};
+use cnpool_core::claim::{AfterRelease, ClaimInput, ClaimStep, LossReason, Release, Unavailable, next_claim_step};
 use cnpool_core::convert::claim_view;
 use cnpool_core::model::{ClaimView, PodView, Read};
 use cnpool_registry::StoreRegistry;
@@ -97,6 +97,8 @@ use crate::pool::read_pod;
 
 /// The condition type a claim reports its binding in.
 pub const BOUND_CONDITION: &str = "Bound";
+/// The condition type a claim reports its last migration in.
+pub const MIGRATION_CONDITION: &str = "Migration";
 /// Steps one reconcile takes at most before requeueing.
 const MAX_STEPS: usize = 12;
 
@@ -105,6 +107,8 @@ struct Snapshot {
     claim: CNClaim,
     owned: Vec<Arc<Pod>>,
     pointed: Option<Arc<Pod>>,
+    /// The pod `spec.sourcePod` names.
+    source: Option<Arc<Pod>>,
     read: Read,
 }
 
@@ -116,8 +120,13 @@ enum Next {
 pub async fn reconcile<R: StoreRegistry + 'static>(claim: Arc<CNClaim>, ctx: Arc<Context<R>>) -> Result<Action, Error> {
     let key = key_of(claim.as_ref());
     let uid = claim.uid().unwrap_or_default();
-    let mut snap =
-        Snapshot { owned: ctx.pods.owned_by(&uid), claim: (*claim).clone(), pointed: None, read: Read::Cached };
+    let mut snap = Snapshot {
+        owned: ctx.pods.owned_by(&uid),
+        claim: (*claim).clone(),
+        pointed: None,
+        source: None,
+        read: Read::Cached,
+    };
     for _ in 0..MAX_STEPS {
         if let Next::Done(action) = step(&ctx, &mut snap, &key).await? {
             return Ok(action);
@@ -137,29 +146,35 @@ impl Snapshot {
         self.claim.namespace().unwrap_or_default()
     }
 
-    /// Finds the pod the claim points at now: among what this reconcile
-    /// already holds, else in the cache or, for a live read, from the server.
-    async fn refresh_pointed<R>(&mut self, ctx: &Context<R>, view: &ClaimView) -> Result<(), Error> {
-        let Some(name) = view.pointed_pod() else {
-            self.pointed = None;
-            return Ok(());
+    /// Finds the pods the claim points at now (its pointer and its
+    /// migration source).
+    async fn refresh<R>(&mut self, ctx: &Context<R>, view: &ClaimView) -> Result<(), Error> {
+        self.pointed = match view.pointed_pod() {
+            Some(name) => self.find_pod(ctx, name).await?,
+            None => None,
         };
-        if self.pointed.as_ref().is_some_and(|pod| pod.name_any() == name) {
-            return Ok(());
-        }
-        if let Some(pod) = self.owned.iter().find(|pod| pod.name_any() == name) {
-            self.pointed = Some(pod.clone());
-            return Ok(());
-        }
-        let namespace = self.namespace();
-        self.pointed = match self.read {
-            Read::Cached => ctx.pods.get(&(namespace, name.to_owned())),
-            Read::Live => {
-                let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);
-                pods.get_opt(name).await.map_err(|error| Error::kube("read pod", name, error))?.map(Arc::new)
-            }
+        self.source = match view.source_pod.as_deref() {
+            Some(name) => self.find_pod(ctx, name).await?,
+            None => None,
         };
         Ok(())
+    }
+
+    /// A pod by name: among what this reconcile already holds, else in the
+    /// cache or, for a live read, from the server.
+    async fn find_pod<R>(&self, ctx: &Context<R>, name: &str) -> Result<Option<Arc<Pod>>, Error> {
+        let known = self.owned.iter().chain(self.pointed.as_ref()).chain(self.source.as_ref());
+        if let Some(pod) = known.into_iter().find(|pod| pod.name_any() == name) {
+            return Ok(Some(pod.clone()));
+        }
+        let namespace = self.namespace();
+        match self.read {
+            Read::Cached => Ok(ctx.pods.get(&(namespace, name.to_owned()))),
+            Read::Live => {
+                let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);
+                Ok(pods.get_opt(name).await.map_err(|error| Error::kube("read pod", name, error))?.map(Arc::new))
+            }
+        }
     }
 
     /// Reads the claim and its pods again, bypassing the cache. `false` when
@@ -181,6 +196,7 @@ impl Snapshot {
         self.claim = claim;
         self.owned = owned.items.into_iter().map(Arc::new).collect();
         self.pointed = None;
+        self.source = None;
         self.read = Read::Live;
         Ok(true)
     }
@@ -191,8 +207,10 @@ impl Snapshot {
         let name = pod.name_any();
         self.owned.retain(|held| held.name_any() != name);
         self.owned.push(pod.clone());
-        if self.pointed.as_ref().is_some_and(|pointed| pointed.name_any() == name) {
-            self.pointed = Some(pod);
+        for slot in [&mut self.pointed, &mut self.source] {
+            if slot.as_ref().is_some_and(|known| known.name_any() == name) {
+                *slot = Some(pod.clone());
+            }
         }
     }
 }
@@ -222,10 +240,11 @@ fn candidate_pods<R>(ctx: &Context<R>, claim: &ClaimView, namespace: &str) -> Ve
 
 async fn step<R: StoreRegistry>(ctx: &Context<R>, snap: &mut Snapshot, key: &Key) -> Result<Next, Error> {
     let view = claim_view(&snap.claim)?;
-    snap.refresh_pointed(ctx, &view).await?;
+    snap.refresh(ctx, &view).await?;
     let namespace = snap.namespace();
     let owned: Vec<PodView> = snap.owned.iter().map(|pod| read_pod(pod)).collect::<Result<_, _>>()?;
     let pointed: Option<PodView> = snap.pointed.as_deref().map(read_pod).transpose()?;
+    let source: Option<PodView> = snap.source.as_deref().map(read_pod).transpose()?;
     let pools = ctx.pool_views();
     // Only a claim that may pick a pod from the pool needs its Idle pods.
     let may_pick = !view.deleting && (view.pod_name.is_none() || view.phase == Some(ClaimPhase::Lost));
@@ -236,12 +255,17 @@ async fn step<R: StoreRegistry>(ctx: &Context<R>, snap: &mut Snapshot, key: &Key
         .chain(pointed.as_ref())
         .filter(|pod| pod.is_owned_by(&view.uid) && !view.is_source(&pod.name))
         .collect();
-    let store_uuid = match held.as_slice() {
-        [pod] => pod.store_uuid.clone(),
-        [pod, rest @ ..] if rest.iter().all(|other| other.uid == pod.uid) => pod.store_uuid.clone(),
+    // The one pod the claim holds (found in `owned` and as `pointed` alike).
+    let held_pod = match held.as_slice() {
+        [pod, rest @ ..] if rest.iter().all(|other| other.uid == pod.uid) => Some(*pod),
         _ => None,
     };
+    let store_uuid = held_pod.and_then(|pod| pod.store_uuid.clone());
     let store_view = ctx.observe_store(store_uuid.as_deref());
+    let serving_since = match &view.source_pod {
+        Some(_) => ctx.track_migration(&view.uid, held_pod.map(|pod| pod.uid.as_str())),
+        None => None,
+    };
     let input = ClaimInput {
         claim: &view,
         owned: &owned,
@@ -252,9 +276,18 @@ async fn step<R: StoreRegistry>(ctx: &Context<R>, snap: &mut Snapshot, key: &Key
         pools: &pools,
         now: ctx.now(),
         store_missing_bound: ctx.config.store_missing_bound,
+        source: source.as_ref(),
+        serving_since,
+        propagation_delay: ctx.config.migration_propagation_delay,
     };
-    let read_pods: Vec<Arc<Pod>> =
-        snap.owned.iter().chain(snap.pointed.as_ref()).chain(candidate_raw.iter()).cloned().collect();
+    let read_pods: Vec<Arc<Pod>> = snap
+        .owned
+        .iter()
+        .chain(snap.pointed.as_ref())
+        .chain(snap.source.as_ref())
+        .chain(candidate_raw.iter())
+        .cloned()
+        .collect();
     let claim_ref = snap.claim.object_ref(&());
     let step = next_claim_step(&input);
     tracing::trace!(claim = %view.name, ?step, "claim step");
@@ -270,7 +303,7 @@ async fn step<R: StoreRegistry>(ctx: &Context<R>, snap: &mut Snapshot, key: &Key
                 None => Next::Done(Action::requeue(ctx.config.requeue_min)),
             })
         }
-        ClaimStep::ConfirmFinalize | ClaimStep::ConfirmLost(_) => {
+        ClaimStep::ConfirmFinalize | ClaimStep::ConfirmLost(_) | ClaimStep::ConfirmRefusal => {
             if snap.read == Read::Live {
                 // Already live: a second confirmation would loop.
                 return Ok(Next::Done(Action::requeue(ctx.backoff(Kind::Claim, key))));
@@ -288,6 +321,7 @@ async fn step<R: StoreRegistry>(ctx: &Context<R>, snap: &mut Snapshot, key: &Key
             updated.finalizers_mut().retain(|finalizer| finalizer != labels::CLAIM_FINALIZER);
             if replace(ctx, &updated).await?.is_some() {
                 tracing::info!(claim = %view.name, released = release.len(), "claim finalized");
+                ctx.end_migration(&view.uid, None);
             }
             Ok(Next::Done(Action::await_change()))
         }
@@ -337,7 +371,7 @@ async fn step<R: StoreRegistry>(ctx: &Context<R>, snap: &mut Snapshot, key: &Key
         }
         ClaimStep::ReportUnavailable(why) => {
             let message = format!("requested pod {}: {}", view.pod_name.as_deref().unwrap_or_default(), why.message());
-            write_condition(ctx, snap, "False", why.as_str(), &message).await?;
+            write_condition(ctx, snap, BOUND_CONDITION, "False", why.as_str(), &message).await?;
             Ok(Next::Done(Action::requeue(ctx.backoff(Kind::Claim, key))))
         }
         ClaimStep::Acquire { candidates } => {
@@ -354,9 +388,13 @@ async fn step<R: StoreRegistry>(ctx: &Context<R>, snap: &mut Snapshot, key: &Key
                 }
             }
             // A Lost claim keeps the condition that says why it was lost
-            // while it waits for a new pod.
-            if candidates.is_empty() && view.phase != Some(ClaimPhase::Lost) {
-                write_condition(ctx, snap, "False", "NoIdlePod", "waiting for an Idle pod of the pool").await?;
+            // while it waits for a new pod; a migrating one is still bound.
+            if candidates.is_empty() && view.source_pod.is_some() {
+                let message = "waiting for an Idle pod of the pool to migrate to";
+                write_condition(ctx, snap, MIGRATION_CONDITION, "False", "NoIdlePod", message).await?;
+            } else if candidates.is_empty() && view.phase != Some(ClaimPhase::Lost) {
+                let message = "waiting for an Idle pod of the pool";
+                write_condition(ctx, snap, BOUND_CONDITION, "False", "NoIdlePod", message).await?;
             }
             Ok(Next::Done(Action::requeue(ctx.backoff(Kind::Claim, key))))
         }
@@ -409,6 +447,42 @@ async fn step<R: StoreRegistry>(ctx: &Context<R>, snap: &mut Snapshot, key: &Key
             ctx.settled(Kind::Claim, key);
             Ok(Next::Done(Action::requeue(ctx.config.resync)))
         }
+        ClaimStep::RefuseMigration(why) => refuse_migration(ctx, snap, &view, why).await,
+        ClaimStep::NoteTargetServing(target) => {
+            ctx.note_target_serving(&view.uid, &target.uid);
+            Ok(Next::Again)
+        }
+        ClaimStep::WaitToReleaseSource(remaining) => {
+            Ok(Next::Done(Action::requeue(remaining.max(ctx.config.requeue_min))))
+        }
+        ClaimStep::ReleaseSource(release) => {
+            let Some(raw) = raw(&read_pods, release.pod) else {
+                return Ok(Next::Done(Action::requeue(ctx.config.requeue_min)));
+            };
+            match ownership::transition(&ctx.client, &raw, release_transition(&view, release), ctx.now()).await? {
+                Outcome::Applied(written) => {
+                    tracing::info!(claim = %view.name, pod = %release.pod.name, "claim released its migration source");
+                    snap.put_pod(*written);
+                    Ok(Next::Again)
+                }
+                // Changed or gone since read: decide again on a fresh read.
+                Outcome::Stale | Outcome::NotApplicable => {
+                    Ok(Next::Done(Action::requeue(ctx.backoff(Kind::Claim, key))))
+                }
+            }
+        }
+        ClaimStep::ReportDrain(workload) => {
+            let mut updated = snap.claim.clone();
+            let status = updated.status.get_or_insert_with(CNClaimStatus::default);
+            status.migrate = Some(MigrateStatus { source: Some(reported_workload(workload)) });
+            if let Some(written) = replace_status(ctx, &updated).await? {
+                tracing::debug!(claim = %view.name, ?workload, "migration source drains");
+                snap.claim = written;
+            }
+            Ok(Next::Done(Action::requeue(ctx.backoff(Kind::Claim, key))))
+        }
+        ClaimStep::WaitForDrain => Ok(Next::Done(Action::requeue(ctx.backoff(Kind::Claim, key)))),
+        ClaimStep::CompleteMigration => complete_migration(ctx, snap, &view).await,
         ClaimStep::InSync => {
             ctx.settled(Kind::Claim, key);
             Ok(Next::Done(if view.deleting { Action::await_change() } else { Action::requeue(ctx.config.resync) }))
@@ -461,16 +535,17 @@ async fn replace_status<R>(ctx: &Context<R>, claim: &CNClaim) -> Result<Option<C
     }
 }
 
-/// Sets the Bound condition; `true` when that changed anything.
+/// Sets the condition `type_`; `true` when that changed anything.
 fn set_condition(
     status: &mut CNClaimStatus,
+    type_: &str,
     value: &str,
     reason: &str,
     message: &str,
     generation: Option<i64>,
     now: jiff::Timestamp,
 ) -> bool {
-    let existing = status.conditions.iter_mut().find(|condition| condition.type_ == BOUND_CONDITION);
+    let existing = status.conditions.iter_mut().find(|condition| condition.type_ == type_);
     match existing {
         Some(condition) if condition.status == value && condition.reason == reason && condition.message == message => {
             false
@@ -487,7 +562,7 @@ fn set_condition(
         }
         None => {
             status.conditions.push(Condition {
-                type_: BOUND_CONDITION.to_owned(),
+                type_: type_.to_owned(),
                 status: value.to_owned(),
                 reason: reason.to_owned(),
                 message: message.to_owned(),
@@ -499,18 +574,19 @@ fn set_condition(
     }
 }
 
-/// Sets the Bound condition (and phase Pending on a new claim) when it
+/// Sets the condition `type_` (and phase Pending on a new claim) when it
 /// differs; publishes a Warning Event when the reason is new.
 async fn write_condition<R>(
     ctx: &Context<R>,
     snap: &mut Snapshot,
+    type_: &str,
     value: &str,
     reason: &str,
     message: &str,
 ) -> Result<(), Error> {
     let mut updated = snap.claim.clone();
     let status = updated.status.get_or_insert_with(CNClaimStatus::default);
-    let mut changed = set_condition(status, value, reason, message, snap.claim.metadata.generation, ctx.now());
+    let mut changed = set_condition(status, type_, value, reason, message, snap.claim.metadata.generation, ctx.now());
     if status.phase.is_none() {
         status.phase = Some(ClaimPhase::Pending);
         changed = true;
@@ -521,7 +597,8 @@ async fn write_condition<R>(
     if let Some(written) = replace_status(ctx, &updated).await? {
         snap.claim = written;
         if reason != "NoIdlePod" {
-            ctx.event(&snap.claim.object_ref(&()), true, reason, "Bind", message.to_owned()).await;
+            let action = if type_ == MIGRATION_CONDITION { "Migrate" } else { "Bind" };
+            ctx.event(&snap.claim.object_ref(&()), true, reason, action, message.to_owned()).await;
         }
     }
     Ok(())
@@ -599,7 +676,8 @@ async fn mark_lost<R>(
     let status = updated.status.get_or_insert_with(CNClaimStatus::default);
     let from = status.phase;
     status.phase = Some(ClaimPhase::Lost);
-    set_condition(status, "False", reason.as_str(), reason.message(), snap.claim.metadata.generation, ctx.now());
+    let generation = snap.claim.metadata.generation;
+    set_condition(status, BOUND_CONDITION, "False", reason.as_str(), reason.message(), generation, ctx.now());
     if let Some(written) = replace_status(ctx, &updated).await? {
         tracing::info!(claim = %view.name, from = ?from, to = "Lost", reason = reason.as_str(), "claim lost its pod");
         ctx.metrics.claim_lost(reason.as_str());
@@ -634,7 +712,7 @@ async fn mark_bound<R>(
         }
     }
     let message = format!("bound to pod {pod_name}, whose CN store serves the claim's labels");
-    set_condition(status, "True", "Bound", &message, snap.claim.metadata.generation, now);
+    set_condition(status, BOUND_CONDITION, "True", "Bound", &message, snap.claim.metadata.generation, now);
     if let Some(written) = replace_status(ctx, &updated).await? {
         tracing::info!(claim = %view.name, pod = %pod_name, from = ?from, to = "Bound", "claim bound");
         if first_bind && let Some(created) = &snap.claim.metadata.creation_timestamp {
@@ -645,4 +723,70 @@ async fn mark_bound<R>(
         ctx.event(&snap.claim.object_ref(&()), false, "Bound", "Bind", message).await;
     }
     Ok(())
+}
+
+/// The workload as `status.migrate` reports it.
+fn reported_workload(workload: cnpool_registry::Workload) -> Workload {
+    let count = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+    Workload {
+        connections: count(workload.sessions),
+        pipelines: count(workload.pipelines),
+        replicas: count(workload.replicas),
+    }
+}
+
+/// Refuses a migration: `spec.podName` back to the source and `sourcePod`
+/// cleared in one write, then the Migration condition says why.
+async fn refuse_migration<R>(
+    ctx: &Context<R>,
+    snap: &mut Snapshot,
+    view: &ClaimView,
+    why: Unavailable,
+) -> Result<Next, Error> {
+    let source = view.source_pod.clone().unwrap_or_default();
+    let target = view.pod_name.clone().unwrap_or_default();
+    let mut updated = snap.claim.clone();
+    updated.spec.pod_name.clone_from(&source);
+    updated.spec.source_pod = None;
+    let Some(written) = replace(ctx, &updated).await? else {
+        return Ok(Next::Done(Action::requeue(ctx.config.requeue_min)));
+    };
+    snap.claim = written;
+    tracing::info!(claim = %view.name, target = %target, source = %source, reason = why.as_str(), "migration refused");
+    ctx.end_migration(&view.uid, Some("Refused"));
+    let message = format!("target pod {target}: {}; the claim stays on pod {source}", why.message());
+    write_condition(ctx, snap, MIGRATION_CONDITION, "False", "MigrationRefused", &message).await?;
+    Ok(Next::Again)
+}
+
+/// Ends a migration whose source is done with: `status.migrate` cleared
+/// (and the target's bound time recorded), then `spec.sourcePod`.
+async fn complete_migration<R>(ctx: &Context<R>, snap: &mut Snapshot, view: &ClaimView) -> Result<Next, Error> {
+    let source = view.source_pod.clone().unwrap_or_default();
+    let target = view.pod_name.clone().unwrap_or_default();
+    let message = format!("moved from pod {source} to pod {target}");
+    let now = ctx.now();
+    let mut updated = snap.claim.clone();
+    let status = updated.status.get_or_insert_with(CNClaimStatus::default);
+    status.migrate = None;
+    if let Some(store) = status.store.as_mut() {
+        store.bound_time.get_or_insert(Time(now));
+    }
+    set_condition(status, MIGRATION_CONDITION, "True", "Migrated", &message, snap.claim.metadata.generation, now);
+    if updated.status != snap.claim.status {
+        match replace_status(ctx, &updated).await? {
+            Some(written) => snap.claim = written,
+            None => return Ok(Next::Done(Action::requeue(ctx.config.requeue_min))),
+        }
+    }
+    let mut updated = snap.claim.clone();
+    updated.spec.source_pod = None;
+    let Some(written) = replace(ctx, &updated).await? else {
+        return Ok(Next::Done(Action::requeue(ctx.config.requeue_min)));
+    };
+    snap.claim = written;
+    tracing::info!(claim = %view.name, from = %source, to = %target, "claim migrated");
+    ctx.end_migration(&view.uid, Some("Completed"));
+    ctx.event(&snap.claim.object_ref(&()), false, "Migrated", "Migrate", message).await;
+    Ok(Next::Again)
 }

@@ -134,7 +134,18 @@ pub struct Context<R> {
     /// Claims the claim set controller created or deleted but the cache has
     /// not shown yet, per claim set.
     pub(crate) expected_members: Expected,
+    /// Migrations this process has seen under way, by claim UID.
+    migrations: Mutex<BTreeMap<String, Migration>>,
     recorder: Recorder,
+}
+
+/// A migration as this process saw it: kept in memory only, so that after a
+/// restart the propagation delay starts again (later, never earlier).
+struct Migration {
+    /// When this process first saw the claim migrating.
+    seen: Timestamp,
+    /// The target pod's UID and when its store was first seen serving.
+    serving: Option<(String, Timestamp)>,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -166,6 +177,38 @@ impl<R> Context<R> {
             recently_acquired: Mutex::default(),
             expected: Expected::default(),
             expected_members: Expected::default(),
+            migrations: Mutex::default(),
+        }
+    }
+
+    /// Notes that the claim `claim_uid` migrates and returns since when the
+    /// store of `target` (its held pod's UID) has been seen serving.
+    pub fn track_migration(&self, claim_uid: &str, target: Option<&str>) -> Option<Timestamp> {
+        let mut migrations = lock(&self.migrations);
+        let now = self.now();
+        let migration = migrations.entry(claim_uid.to_owned()).or_insert(Migration { seen: now, serving: None });
+        let since = migration.serving.as_ref().filter(|(uid, _)| Some(uid.as_str()) == target).map(|(_, at)| *at);
+        self.metrics.migrations_in_flight(migrations.len());
+        since
+    }
+
+    /// Notes that the store of `target` serves the migrating claim now.
+    pub fn note_target_serving(&self, claim_uid: &str, target: &str) {
+        let now = self.now();
+        let mut migrations = lock(&self.migrations);
+        let migration = migrations.entry(claim_uid.to_owned()).or_insert(Migration { seen: now, serving: None });
+        migration.serving = Some((target.to_owned(), now));
+    }
+
+    /// Forgets the claim's migration: `outcome` is `Completed` or `Refused`,
+    /// or `None` when the claim went away mid-migration.
+    pub fn end_migration(&self, claim_uid: &str, outcome: Option<&'static str>) {
+        let mut migrations = lock(&self.migrations);
+        let ended = migrations.remove(claim_uid);
+        self.metrics.migrations_in_flight(migrations.len());
+        if let (Some(migration), Some(outcome)) = (ended, outcome) {
+            let took = self.now().duration_since(migration.seen).as_secs_f64().max(0.0);
+            self.metrics.migration_ended(outcome, took);
         }
     }
 

@@ -104,6 +104,9 @@ pub struct Config {
     pub drain_min_delay: Duration,
     /// Candidates tried per claim reconcile before requeueing.
     pub acquire_attempts: usize,
+    /// How long a migration target's store must have served before the
+    /// source is released (the proxy's routing catches up meanwhile).
+    pub migration_propagation_delay: Duration,
     /// This operator instance's name in Events.
     pub instance: String,
     /// Where the time of day is read.
@@ -126,6 +129,7 @@ impl Default for Config {
             drain_timeout: cnpool_core::convert::DEFAULT_DRAIN_TIMEOUT,
             drain_min_delay: cnpool_core::convert::DEFAULT_MIN_DELAY,
             acquire_attempts: 3,
+            migration_propagation_delay: Duration::from_secs(15),
             instance: "cnpool".into(),
             clock: Clock::default(),
         }

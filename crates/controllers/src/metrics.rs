@@ -56,6 +56,11 @@ struct ReasonLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct PoolPhaseLabels {
     namespace: String,
     pool: String,
@@ -74,6 +79,9 @@ pub struct Metrics {
     claims_lost: Family<ReasonLabels, Counter>,
     pool_pods: Family<PoolPhaseLabels, Gauge<i64, AtomicI64>>,
     leader: Gauge<i64, AtomicI64>,
+    migrations_in_flight: Gauge<i64, AtomicI64>,
+    migrations: Family<OutcomeLabels, Counter>,
+    migration_seconds: Histogram,
 }
 
 impl Default for Metrics {
@@ -90,6 +98,10 @@ impl Default for Metrics {
             claims_lost: Family::default(),
             pool_pods: Family::default(),
             leader: Gauge::default(),
+            migrations_in_flight: Gauge::default(),
+            migrations: Family::default(),
+            // From 1 s (an idle source) to ~9 h (a drain that runs to its timeout).
+            migration_seconds: Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(1.0, 2.0, 16)),
         }
     }
 }
@@ -123,6 +135,21 @@ impl Metrics {
         registry.register("claims_lost", "Claims that lost their pod, per reason", metrics.claims_lost.clone());
         registry.register("pool_pods", "Pods of each pool, per phase", metrics.pool_pods.clone());
         registry.register("leader", "1 while this instance holds the leader lease", metrics.leader.clone());
+        registry.register(
+            "migrations_in_flight",
+            "Claims migrating (spec.sourcePod set) as this instance last saw them",
+            metrics.migrations_in_flight.clone(),
+        );
+        registry.register(
+            "migrations",
+            "Migrations ended, per outcome (Completed, Refused)",
+            metrics.migrations.clone(),
+        );
+        registry.register(
+            "migration_seconds",
+            "Seconds from a migration first seen to its source released and drained",
+            metrics.migration_seconds.clone(),
+        );
         metrics
     }
 
@@ -158,6 +185,17 @@ impl Metrics {
                     self.pool_pods.remove(&labels);
                 }
             }
+        }
+    }
+
+    pub(crate) fn migrations_in_flight(&self, count: usize) {
+        self.migrations_in_flight.set(i64::try_from(count).unwrap_or(i64::MAX));
+    }
+
+    pub(crate) fn migration_ended(&self, outcome: &'static str, seconds: f64) {
+        self.migrations.get_or_create(&OutcomeLabels { outcome }).inc();
+        if outcome == "Completed" {
+            self.migration_seconds.observe(seconds);
         }
     }
 

@@ -285,6 +285,7 @@ mod tests {
             cn_labels: Default::default(),
             additional_pod_labels: [("team".to_string(), "a".to_string())].into_iter().collect(),
             claim_set: None,
+            drain_reported: None,
         }
     }
 

@@ -134,7 +134,12 @@ pub async fn reconcile<R: StoreRegistry + 'static>(pool: Arc<CNPool>, ctx: Arc<C
     let pool_labels = pod_labels(&pool);
     let mut pending = 0u32;
     for claim in ctx.claims.in_pool(&namespace, &name).iter().chain(&ctx.claims.in_pool(&namespace, "")) {
-        let holds = claim.uid().is_some_and(|uid| !ctx.pods.owned_by(&uid).is_empty());
+        // A migration source is on its way out: a claim that holds only its
+        // source waits for a target like any pending claim.
+        let source = claim.spec.source_pod.as_ref().map(|source| source.pod_name.as_str());
+        let holds = claim
+            .uid()
+            .is_some_and(|uid| ctx.pods.owned_by(&uid).iter().any(|pod| Some(pod.name_any().as_str()) != source));
         if waits_for(claim, &pool, &pool_labels, holds) {
             pending += 1;
         }

@@ -38,7 +38,27 @@
 //! | 17 | holds its recorded pod, which is not phase Bound or whose binding annotation or additional labels differ from the spec | `RewriteBinding` |
 //! | 18 | holds its recorded pod; its store is not observed Working with exactly the claim's CN labels (missing within the bound, or HAKeeper not asked) | `WaitForStore` |
 //! | 19 | holds its recorded pod, whose store serves; phase not Bound/Outdated | `MarkBound` |
-//! | 20 | holds its recorded pod, whose store serves; phase Bound or Outdated | `InSync` |
+//! | 20 | holds its recorded pod, whose store serves; phase Bound or Outdated; no `sourcePod` | `InSync` |
+//!
+//! A claim with `spec.sourcePod` set migrates (DESIGN §2, "Migrate"): it
+//! keeps its source while it takes a target, named in `spec.podName` or, when
+//! that is empty, chosen from the pool (row 13; the source is never a
+//! candidate). These rows replace rows 12 and 20 for it:
+//!
+//! | # | the migrating claim … | step |
+//! |---|---|---|
+//! | 12m | holds none; `spec.podName` names a pod that is missing or not eligible (the source itself included); cache | `ConfirmRefusal` |
+//! | 12m′ | the same, read live | `RefuseMigration`: `spec.podName` back to the source, `sourcePod` cleared, condition MigrationRefused |
+//! | 20m | holds its recorded target, whose store serves, not yet noted as serving | `NoteTargetServing` (no write) |
+//! | 21 | the same; the source still carries its UID; the propagation delay since the target served has not passed, and the source is neither deleting nor failed | `WaitToReleaseSource` |
+//! | 22 | the same, once the delay has passed (or the source is deleting or failed) | `ReleaseSource` (guarded by its UID) |
+//! | 23 | the source was released and drains; its workload differs from `status.migrate` | `ReportDrain` |
+//! | 24 | the same, already reported | `WaitForDrain` |
+//! | 25 | the source is Idle, Terminating, deleting, gone, or another claim's | `CompleteMigration`: clear `status.migrate`, then `sourcePod` |
+//!
+//! A target lost before the source is released makes the claim Lost (rows
+//! 15/16) with the source still recorded in `sourcePod`; the claim then
+//! takes a new target like any Lost claim (row 10 clears `spec.podName`).
 //!
 //! Rows 7/8 say why the recorded pod is lost by looking it up by name: none
 //! → [`LossReason::PodDeleted`]; another UID → `PodReplaced`; for a claim the
@@ -55,8 +75,8 @@
 use std::time::Duration;
 
 use cnpool_api::{ClaimPhase, PodPhase};
-use cnpool_registry::WorkState;
-use jiff::Timestamp;
+use cnpool_registry::{WorkState, Workload};
+use jiff::{SignedDuration, Timestamp};
 
 use crate::binding::Binding;
 use crate::candidates::{Ineligible, eligibility, rank_candidates};
@@ -86,6 +106,14 @@ pub struct ClaimInput<'a> {
     /// How long a running pod's store may be missing from HAKeeper before
     /// the claim counts the pod as lost.
     pub store_missing_bound: Duration,
+    /// The pod `spec.sourcePod` names, if it exists.
+    pub source: Option<&'a PodView>,
+    /// Since when this process has seen the held pod's store serve the
+    /// claim (noted on [`ClaimStep::NoteTargetServing`]); `None` when not yet.
+    pub serving_since: Option<Timestamp>,
+    /// How long a migration target must have served before its source is
+    /// released, so that the proxy routes new sessions to the target first.
+    pub propagation_delay: Duration,
 }
 
 /// The one thing to do next for a claim.
@@ -151,6 +179,28 @@ pub enum ClaimStep<'a> {
     /// The store serves with the claim's labels: set phase Bound (and the
     /// bound time if unset).
     MarkBound,
+    /// The named migration target looks unavailable in the cache: read the
+    /// claim and the target live and call again.
+    ConfirmRefusal,
+    /// A migration whose named target cannot be acquired is refused:
+    /// `spec.podName` goes back to the source, `spec.sourcePod` is cleared,
+    /// and the claim says why in its Migration condition and an Event.
+    RefuseMigration(Unavailable),
+    /// The migration target's store serves: remember since when (in
+    /// memory; after a restart the delay starts again) and call again.
+    NoteTargetServing(&'a PodView),
+    /// The target serves, but not yet for the propagation delay: requeue
+    /// after what remains of it.
+    WaitToReleaseSource(Duration),
+    /// Release the migration source (guarded by its `claim-uid`).
+    ReleaseSource(Release<'a>),
+    /// Copy the released source's workload into `status.migrate`.
+    ReportDrain(Workload),
+    /// The source drains and its progress is reported: requeue, at growing
+    /// intervals.
+    WaitForDrain,
+    /// The source is done with: clear `status.migrate`, then `spec.sourcePod`.
+    CompleteMigration,
     /// Nothing to do.
     InSync,
 }
@@ -321,7 +371,14 @@ fn bind<'a>(input: &ClaimInput<'a>) -> ClaimStep<'a> {
         }
     }
     match claim.pod_name.as_deref() {
-        Some(requested) => acquire_pre_bound(input, requested),
+        Some(requested) => match acquire_pre_bound(input, requested) {
+            // A named target is taken now or not at all: nothing is stolen.
+            ClaimStep::ReportUnavailable(why) if claim.source_pod.is_some() => match input.read {
+                Read::Cached => ClaimStep::ConfirmRefusal,
+                Read::Live => ClaimStep::RefuseMigration(why),
+            },
+            step => step,
+        },
         None => ClaimStep::Acquire { candidates: rank_candidates(claim, input.candidates, input.pools) },
     }
 }
@@ -392,9 +449,41 @@ fn sync<'a>(input: &ClaimInput<'a>, pod: &'a PodView) -> ClaimStep<'a> {
         return ClaimStep::WaitForStore;
     }
     match claim.phase {
+        Some(ClaimPhase::Bound | ClaimPhase::Outdated) if claim.source_pod.is_some() => migrate(input, pod),
         Some(ClaimPhase::Bound | ClaimPhase::Outdated) => ClaimStep::InSync,
         _ => ClaimStep::MarkBound,
     }
+}
+
+/// Rows 20m–25: the claim holds its recorded target, whose store serves.
+fn migrate<'a>(input: &ClaimInput<'a>, target: &'a PodView) -> ClaimStep<'a> {
+    let claim = input.claim;
+    let Some(since) = input.serving_since else {
+        return ClaimStep::NoteTargetServing(target);
+    };
+    let source = input.source.filter(|pod| claim.is_source(&pod.name));
+    match source {
+        Some(pod) if pod.is_owned_by(&claim.uid) => {
+            let delay = SignedDuration::try_from(input.propagation_delay).unwrap_or(SignedDuration::MAX);
+            let remaining = delay.checked_sub(input.now.duration_since(since)).unwrap_or(SignedDuration::ZERO);
+            if remaining.is_positive() && !pod.deleting && !pod.failed {
+                ClaimStep::WaitToReleaseSource(remaining.unsigned_abs())
+            } else {
+                ClaimStep::ReleaseSource(Release::of(pod))
+            }
+        }
+        Some(pod) if drains(pod) => match pod.workload {
+            Some(workload) if claim.drain_reported != Some(workload) => ClaimStep::ReportDrain(workload),
+            _ => ClaimStep::WaitForDrain,
+        },
+        _ => ClaimStep::CompleteMigration,
+    }
+}
+
+/// Whether a released source is still draining: unowned, phase Draining,
+/// not going away.
+fn drains(pod: &PodView) -> bool {
+    pod.claim_uid.is_none() && pod.phase == Some(PodPhase::Draining) && !pod.deleting
 }
 
 fn is_recorded(claim: &ClaimView, pod: &PodView) -> bool {

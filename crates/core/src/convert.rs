@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use cnpool_api::labels;
 use cnpool_api::{CNClaim, CNClaimSet, CNPool, DurationError, GoDuration, PodPhase, cn_label_map, cn_store_uuid};
-use cnpool_registry::CnStore;
+use cnpool_registry::{CnStore, Workload};
 use k8s_openapi::api::core::v1::Pod;
 
 use crate::model::{ClaimSetView, ClaimView, MemberPod, MemberView, PodView, PoolView, StoreView};
@@ -87,6 +87,7 @@ pub fn pod_view(pod: &Pod) -> Result<PodView, ConvertError> {
         store_uuid: label(labels::CN_UUID).or(computed_uuid),
         deletion_cost: annotation(labels::POD_DELETION_COST).and_then(|cost| cost.parse().ok()).unwrap_or(0),
         binding: annotation(labels::BINDING).cloned(),
+        workload: annotation(labels::SCORE).and_then(|score| workload_of_score(score)),
         name,
         labels,
     })
@@ -116,6 +117,24 @@ pub fn claim_view(claim: &CNClaim) -> Result<ClaimView, ConvertError> {
         cn_labels: cn_label_map(&spec.cn_labels),
         additional_pod_labels: spec.additional_pod_labels.clone(),
         claim_set: meta.labels.as_ref().and_then(|labels| labels.get(labels::CLAIM_SET)).and_then(|set| non_empty(set)),
+        drain_reported: status.and_then(|status| status.migrate.as_ref()?.source).map(|source| Workload {
+            sessions: u64::try_from(source.connections).unwrap_or(0),
+            pipelines: u64::try_from(source.pipelines).unwrap_or(0),
+            replicas: u64::try_from(source.replicas).unwrap_or(0),
+        }),
+    })
+}
+
+/// The counts of a `score` annotation (`{"sessionCount": …, "pipelineCount":
+/// …, "replicaCount": …}`); `None` when it is not of that shape, so that a
+/// hand-edited annotation reads as unknown rather than as drained.
+fn workload_of_score(score: &str) -> Option<Workload> {
+    let value: serde_json::Value = serde_json::from_str(score).ok()?;
+    let count = |key: &str| value.get(key)?.as_u64();
+    Some(Workload {
+        sessions: count("sessionCount")?,
+        pipelines: count("pipelineCount")?,
+        replicas: count("replicaCount")?,
     })
 }
 

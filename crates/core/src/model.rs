@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use cnpool_api::{ClaimPhase, PodPhase};
-use cnpool_registry::{StoreLabels, WorkState};
+use cnpool_registry::{StoreLabels, WorkState, Workload};
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
@@ -56,6 +56,9 @@ pub struct PodView {
     pub deletion_cost: i32,
     /// The raw `binding` annotation (see [`crate::binding::Binding`]).
     pub binding: Option<String>,
+    /// What still runs on the CN, from the `score` annotation the CN-store
+    /// controller writes; `None` before it has written one.
+    pub workload: Option<Workload>,
 }
 
 impl PodView {
@@ -111,6 +114,9 @@ pub struct ClaimView {
     pub additional_pod_labels: BTreeMap<String, String>,
     /// The claim set the claim belongs to (its `claimset` label).
     pub claim_set: Option<String>,
+    /// `status.migrate.source`: the migration source's drain progress as
+    /// last reported.
+    pub drain_reported: Option<Workload>,
 }
 
 /// The pod a claim has recorded as its own.

@@ -66,6 +66,7 @@ pub fn idle_pod(name: &str, created: i64) -> PodView {
         store_uuid: Some(format!("store-{name}")),
         deletion_cost: 0,
         binding: None,
+        workload: None,
     }
 }
 
@@ -88,6 +89,7 @@ pub fn claim() -> ClaimView {
         cn_labels: store_labels(&[("account", &["acme"])]),
         additional_pod_labels: labels(&[("team", "blue")]),
         claim_set: None,
+        drain_reported: None,
     }
 }
 

@@ -159,6 +159,7 @@ pub fn operator_config(ns: &str, instance: usize) -> Config {
         drain_timeout: Duration::from_secs(60),
         drain_min_delay: Duration::from_millis(300),
         acquire_attempts: 3,
+        migration_propagation_delay: Duration::from_millis(500),
         instance: format!("cnpool-{instance}"),
         ..Config::default()
     }
@@ -206,11 +207,16 @@ impl Cluster {
     /// A cluster with the CRDs installed and the world running in this
     /// process; no operator yet.
     pub async fn new() -> Self {
+        Self::with_world(WorldConfig::default()).await
+    }
+
+    /// [`Cluster::new`] with the simulated kubelet and CNs set up as `config` says.
+    pub async fn with_world(config: WorldConfig) -> Self {
         let target = Target::from_env();
         let (stop, _) = watch::channel(false);
         // The world watches the pods of all namespaces; on a real server the
         // tests run one at a time, so it sees only this cluster's.
-        let world = World::new(target.client().await, MemoryRegistry::new(), WorldConfig::default());
+        let world = World::new(target.client().await, MemoryRegistry::new(), config);
         tokio::spawn(world.clone().run(stopped(&stop)));
         Self::with_node_side(target, NodeSide::InProcess(world), stop).await
     }
@@ -289,6 +295,23 @@ impl Cluster {
                 processes.start_operator(&self.target.operator_kubeconfig(), &self.ns, instance, extra)
             }
         }
+    }
+
+    /// Starts an in-process operator with `config`, reporting to `telemetry`.
+    pub async fn start_operator_observed(&self, config: Config, telemetry: cnpool_controllers::Telemetry) {
+        let run = cnpool_controllers::run_observed(
+            self.target.client().await,
+            self.world().registry().clone(),
+            config,
+            telemetry,
+            stopped(&self.stop),
+        );
+        tokio::spawn(run);
+    }
+
+    /// The cluster's namespace.
+    pub fn namespace(&self) -> &str {
+        &self.ns
     }
 
     /// The in-process world, for scenarios that reach into it.

@@ -8,6 +8,7 @@ use crate::testing::*;
 
 const NOW: i64 = 10_000;
 const STORE_MISSING_BOUND: Duration = Duration::from_secs(60);
+const PROPAGATION_DELAY: Duration = Duration::from_secs(15);
 
 /// What the store controller last saw, owned so that a test can build it.
 #[derive(Clone, Debug)]
@@ -27,6 +28,8 @@ struct World {
     read: Read,
     store: Seen,
     pools: Vec<PoolView>,
+    /// Since when the held pod's store has served, as the controller noted.
+    serving_since: Option<Timestamp>,
 }
 
 impl World {
@@ -38,6 +41,7 @@ impl World {
             read: Read::Cached,
             store: Seen::Unobserved,
             pools: vec![pool()],
+            serving_since: None,
         }
     }
 
@@ -61,6 +65,10 @@ impl World {
         Self { store, ..self }
     }
 
+    fn serving_since(self, seconds: i64) -> Self {
+        Self { serving_since: Some(at(seconds)), ..self }
+    }
+
     fn step(&self) -> ClaimStep<'_> {
         let store = match &self.store {
             Seen::Registered(store) => ObservedStore::Registered(store),
@@ -78,6 +86,9 @@ impl World {
             pools: &self.pools,
             now: at(NOW),
             store_missing_bound: STORE_MISSING_BOUND,
+            source: self.claim.source_pod.as_ref().and_then(|name| self.pods.iter().find(|pod| pod.name == *name)),
+            serving_since: self.serving_since,
+            propagation_delay: PROPAGATION_DELAY,
         })
     }
 
@@ -314,7 +325,109 @@ fn a_migration_target_in_the_wrong_pool_is_refused() {
     };
     let elsewhere = PodView { pool: Some("other".into()), ..idle_pod("target", 1) };
     let world = World::new(migrating).holding(source).with_pod(elsewhere);
-    assert_eq!(world.step(), ClaimStep::ReportUnavailable(Unavailable::Ineligible(Ineligible::OtherPool)));
+    assert_eq!(world.step(), ClaimStep::ConfirmRefusal, "refused only on a live read");
+    assert_eq!(world.live().step(), ClaimStep::RefuseMigration(Unavailable::Ineligible(Ineligible::OtherPool)));
+}
+
+/// A claim migrating from `source` (which it holds) to `target`, which it
+/// holds and has recorded, its store serving.
+fn migrated_to_target() -> World {
+    let source = bound_to(&claim(), idle_pod("source", 1));
+    let target = bound_to(&claim(), idle_pod("target", 2));
+    let migrating = ClaimView { source_pod: Some("source".into()), ..recording(claim(), &target, ClaimPhase::Bound) };
+    let serving = serving_store(&migrating);
+    World::new(migrating).holding(source).holding(target).store(Seen::Registered(serving))
+}
+
+#[test]
+fn a_named_target_owned_by_another_claim_refuses_the_migration() {
+    let source = bound_to(&claim(), idle_pod("source", 1));
+    let migrating = ClaimView {
+        pod_name: Some("target".into()),
+        source_pod: Some("source".into()),
+        ..recording(claim(), &source, ClaimPhase::Bound)
+    };
+    let taken = PodView { phase: Some(PodPhase::Bound), claim_uid: Some("uid-b".into()), ..idle_pod("target", 1) };
+    let world = World::new(migrating).holding(source).with_pod(taken).live();
+    assert_eq!(world.step(), ClaimStep::RefuseMigration(Unavailable::Ineligible(Ineligible::NotIdle)));
+}
+
+#[test]
+fn naming_the_source_as_its_own_target_is_refused() {
+    let source = bound_to(&claim(), idle_pod("source", 1));
+    let migrating = ClaimView { source_pod: Some("source".into()), ..recording(claim(), &source, ClaimPhase::Bound) };
+    let world = World::new(migrating).holding(source).live();
+    assert!(matches!(world.step(), ClaimStep::RefuseMigration(_)), "{:?}", world.step());
+}
+
+#[test]
+fn an_unnamed_target_is_chosen_from_the_pool_but_never_the_source() {
+    let source = bound_to(&claim(), idle_pod("source", 1));
+    let migrating = ClaimView {
+        pod_name: None,
+        source_pod: Some("source".into()),
+        ..recording(claim(), &source, ClaimPhase::Bound)
+    };
+    let world = World::new(migrating).holding(source).with_pod(idle_pod("spare", 3));
+    assert_eq!(world.step(), ClaimStep::Acquire { candidates: vec![world.pod("spare")] });
+}
+
+#[test]
+fn the_source_is_kept_until_the_target_has_served_for_the_propagation_delay() {
+    let world = migrated_to_target();
+    assert_eq!(world.step(), ClaimStep::NoteTargetServing(world.pod("target")), "serving not yet noted");
+    let waited = world.clone().serving_since(NOW - 5);
+    assert_eq!(waited.step(), ClaimStep::WaitToReleaseSource(Duration::from_secs(10)));
+    let served = world.clone().serving_since(NOW - 15);
+    assert_eq!(served.step(), ClaimStep::ReleaseSource(drain(served.pod("source"))));
+    let unserved = World {
+        store: Seen::Registered(StoreView { work_state: WorkState::Draining, ..serving_store(&world.claim) }),
+        ..served
+    };
+    assert_eq!(unserved.step(), ClaimStep::WaitForStore, "a target whose store stopped serving keeps the source");
+}
+
+#[test]
+fn a_deleting_source_is_released_at_once() {
+    let mut world = migrated_to_target().serving_since(NOW - 1);
+    for pod in world.owned.iter_mut().chain(world.pods.iter_mut()).filter(|pod| pod.name == "source") {
+        pod.deleting = true;
+    }
+    assert_eq!(world.step(), ClaimStep::ReleaseSource(drain(world.pod("source"))));
+}
+
+#[test]
+fn a_draining_source_is_reported_when_its_workload_changes_and_then_completes() {
+    let released = |workload: Option<Workload>, phase: PodPhase| {
+        let mut world = migrated_to_target().serving_since(NOW - 60);
+        world.owned.retain(|pod| pod.name != "source");
+        for pod in world.pods.iter_mut().filter(|pod| pod.name == "source") {
+            *pod = PodView { phase: Some(phase), claim_uid: None, claimed_by: None, workload, ..pod.clone() };
+        }
+        world
+    };
+    let busy = Workload { sessions: 3, pipelines: 1, replicas: 0 };
+    let world = released(Some(busy), PodPhase::Draining);
+    assert_eq!(world.step(), ClaimStep::ReportDrain(busy));
+    let reported = World { claim: ClaimView { drain_reported: Some(busy), ..world.claim.clone() }, ..world };
+    assert_eq!(reported.step(), ClaimStep::WaitForDrain, "unchanged progress is not written again");
+    assert_eq!(released(None, PodPhase::Draining).step(), ClaimStep::WaitForDrain);
+    for done in [PodPhase::Idle, PodPhase::Terminating] {
+        assert_eq!(released(Some(busy), done).step(), ClaimStep::CompleteMigration, "{done:?}");
+    }
+    let taken = {
+        let mut world = released(None, PodPhase::Bound);
+        for pod in world.pods.iter_mut().filter(|pod| pod.name == "source") {
+            pod.claim_uid = Some("uid-b".into());
+        }
+        world
+    };
+    assert_eq!(taken.step(), ClaimStep::CompleteMigration, "a source another claim took is no longer ours");
+    let gone = World {
+        pods: released(None, PodPhase::Draining).pods.into_iter().filter(|pod| pod.name != "source").collect(),
+        ..released(None, PodPhase::Draining)
+    };
+    assert_eq!(gone.step(), ClaimStep::CompleteMigration);
 }
 
 // Row 13.
@@ -473,8 +586,9 @@ fn any_world() -> impl Strategy<Value = World> {
         let mask = proptest::collection::vec(proptest::bool::weighted(0.8), pods.len());
         let bindings = proptest::collection::vec(proptest::bool::weighted(0.7), pods.len());
         let read = proptest::sample::select(vec![Read::Cached, Read::Live]);
-        (Just(claim.clone()), Just(pods), Just(pools), mask, bindings, read, any_seen(&claim)).prop_map(
-            |(claim, mut pods, pools, mask, bindings, read, store)| {
+        let serving_since = proptest::option::of(NOW - 30..NOW);
+        (Just(claim.clone()), Just(pods), Just(pools), mask, bindings, read, any_seen(&claim), serving_since).prop_map(
+            |(claim, mut pods, pools, mask, bindings, read, store, serving_since)| {
                 for (pod, with_binding) in pods.iter_mut().zip(bindings) {
                     if with_binding {
                         pod.binding = Some(Binding::of_claim(&claim).render());
@@ -484,7 +598,7 @@ fn any_world() -> impl Strategy<Value = World> {
                 // `owned` is an index lookup: usually the pods carrying the
                 // UID, sometimes stale.
                 let owned = pods.iter().zip(mask).filter(|(_, picked)| *picked).map(|(pod, _)| pod.clone()).collect();
-                World { claim, owned, pods, read, store, pools }
+                World { claim, owned, pods, read, store, pools, serving_since: serving_since.map(at) }
             },
         )
     })
@@ -548,11 +662,23 @@ proptest! {
     }
 
     #[test]
+    fn a_source_is_released_only_once_its_target_has_served_for_the_delay(world in any_world()) {
+        if let ClaimStep::ReleaseSource(release) = world.step() {
+            prop_assert!(world.claim.is_source(&release.pod.name));
+            let since = world.serving_since.expect("a target noted as serving");
+            let delay = SignedDuration::try_from(PROPAGATION_DELAY).unwrap();
+            prop_assert!(release.pod.deleting || release.pod.failed || at(NOW).duration_since(since) >= delay);
+            prop_assert!(matches!(&world.store, Seen::Registered(store) if store.work_state == WorkState::Working));
+        }
+    }
+
+    #[test]
     fn never_releases_a_pod_that_is_not_its_own(world in any_world()) {
         let released = match world.step() {
             ClaimStep::Adopt { release, .. } | ClaimStep::Finalize { release } | ClaimStep::MarkLost { release, .. } => {
                 release
             }
+            ClaimStep::ReleaseSource(release) => vec![release],
             _ => vec![],
         };
         for release in released {
