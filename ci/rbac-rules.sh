@@ -68,17 +68,21 @@ probe() {
     else failed=1; printf 'FAIL %s -- %s\n' "$name" "$(tail -1 <<<"$out")"; fi
   }
   local sel=pool.matrixorigin.io/pool-name
-  admin delete pod,service,cnclaim,cnpool,events.events.k8s.io --all --wait=false >/dev/null 2>&1
+  admin delete pod,service,cnclaim,cnclaimset,cnpool,events.events.k8s.io --all --wait=false >/dev/null 2>&1
   kubectl -n "$op_ns" delete lease cnpool-operator --ignore-not-found >/dev/null 2>&1
-  for kind in pod cnclaim cnpool; do
+  for kind in pod cnclaim cnclaimset cnpool; do
     for o in $(admin get "$kind" -o name 2>/dev/null); do
       admin patch "$o" --type=merge -p '{"metadata":{"finalizers":null}}' >/dev/null 2>&1
     done
   done
   admin apply -f "$repo/examples/pool.yaml" >/dev/null
   admin apply -f "$repo/examples/claim.yaml" >/dev/null
-  local pool_uid
+  # With no replicas, so that no operator elsewhere makes members for it.
+  admin apply -f "$repo/examples/claimset.yaml" >/dev/null
+  admin scale cnclaimset test --replicas=0 >/dev/null
+  local pool_uid set_uid
   pool_uid=$(admin get cnpool default -o jsonpath='{.metadata.uid}')
+  set_uid=$(admin get cnclaimset test -o jsonpath='{.metadata.uid}')
 
   # Informers (controllers/src/lib.rs): list then watch, across namespaces.
   step "list pool pods in all namespaces" as_op get pods -A -l "$sel" -o name
@@ -87,6 +91,9 @@ probe() {
   step "list cnclaims in all namespaces" as_op get cnclaims -A -o name
   step "watch cnclaims in all namespaces" \
     as_op get --raw "/apis/core.matrixorigin.io/v1alpha1/cnclaims?watch=true&timeoutSeconds=1"
+  step "list cnclaimsets in all namespaces" as_op get cnclaimsets -A -o name
+  step "watch cnclaimsets in all namespaces" \
+    as_op get --raw "/apis/core.matrixorigin.io/v1alpha1/cnclaimsets?watch=true&timeoutSeconds=1"
   step "list cnpools in all namespaces" as_op get cnpools -A -o name
   step "watch cnpools in all namespaces" \
     as_op get --raw "/apis/core.matrixorigin.io/v1alpha1/cnpools?watch=true&timeoutSeconds=1"
@@ -146,6 +153,23 @@ YAML
     "kubectl -n $ns get cnclaim test -o json | jq '.status = {phase: \"Pending\"}' |
      KUBECONFIG=$sa kubectl -n $ns replace --subresource=status -f -"
 
+  # Claim set controller (claim_set.rs): members made and deleted, status.
+  step "create a member claim owned by its set" as_op create -f - <<YAML
+apiVersion: core.matrixorigin.io/v1alpha1
+kind: CNClaim
+metadata:
+  name: test-0
+  labels: {matrixorigin.io/claimset: test, claim.matrixorigin.io/instance-id: "0"}
+  ownerReferences:
+  - {apiVersion: core.matrixorigin.io/v1alpha1, kind: CNClaimSet, name: test, uid: $set_uid, controller: true, blockOwnerDeletion: true}
+spec:
+  selector: {matchLabels: {pool: default}}
+YAML
+  step "delete a member claim" as_op delete cnclaim test-0 --wait=false
+  step "replace the claim set's status" sh -c \
+    "kubectl -n $ns get cnclaimset test -o json | jq '.status = {replicas: 0, readyReplicas: 0, labelSelector: \"matrixorigin.io/claimset=test\"}' |
+     KUBECONFIG=$sa kubectl -n $ns replace --subresource=status -f -"
+
   # Events (context.rs, kube-runtime's Recorder): create, then patch a repeat.
   step "create an events.k8s.io/v1 Event" as_op create -f - <<YAML
 apiVersion: events.k8s.io/v1
@@ -188,8 +212,9 @@ YAML
   refused "update (not patch) a pod" sh -c \
     "kubectl -n $ns get pod -l $sel -o json | jq '.items[0] // {apiVersion:\"v1\",kind:\"Pod\",metadata:{name:\"x\"}}' |
      KUBECONFIG=$sa kubectl -n $ns replace -f -"
-  refused "create a CNClaim" as_op create -f "$repo/examples/claim.yaml" --dry-run=server
-  refused "list CNClaimSets" as_op get cnclaimsets
+  refused "update a CNClaimSet's spec (kubectl scale is the user's)" sh -c \
+    "kubectl -n $ns get cnclaimset test -o json | KUBECONFIG=$sa kubectl -n $ns replace -f -"
+  refused "delete a CNPool" as_op delete cnpool default --dry-run=server
   refused "delete a Service" as_op delete service default
   refused "read Leases in another namespace" as_op get leases
   refused "read a Lease of another name" as_lease get lease other

@@ -32,9 +32,10 @@ pub struct OperatorArgs {
     /// service account.
     #[arg(long, value_name = "PATH")]
     kubeconfig: Option<PathBuf>,
-    /// Watch and act in this namespace only (default: all namespaces).
-    #[arg(long, value_name = "NS")]
-    namespace: Option<String>,
+    /// Watch and act in this namespace only; repeat it (or separate with
+    /// commas) for several (default: all namespaces).
+    #[arg(long, value_name = "NS", value_delimiter = ',')]
+    namespace: Vec<String>,
     /// Reconciles run at once, per controller.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=256))]
     workers: u16,
@@ -118,14 +119,14 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
     };
     let mut metrics_registry = prometheus_client::registry::Registry::default();
     let metrics = Arc::new(Metrics::register(&mut metrics_registry));
-    let telemetry = Telemetry::new(Arc::clone(&metrics));
+    let namespaces = scopes(&args.namespace)?;
+    let telemetry = Telemetry::for_scopes(Arc::clone(&metrics), namespaces.len());
     let shadow = args.dry_run.then(|| Arc::new(shadow::Report::register(&mut metrics_registry)));
     let kube_config = kube_config(args.kubeconfig.as_deref()).await?;
     let default_namespace = kube_config.default_namespace.clone();
     let client = client(kube_config, &metrics, (args.qps, args.burst), shadow.clone())?;
     let registry = shadow::Registry::new(morpc_registry(&args.hakeeper_discovery)?, shadow.clone());
     let config = cnpool_controllers::Config {
-        namespace: args.namespace.clone(),
         workers: args.workers,
         store_missing_bound: args.store_missing_bound,
         store_removal_timeout: args.store_removal_timeout,
@@ -136,7 +137,7 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
     };
     tracing::info!(
         identity = %identity,
-        namespace = config.namespace.as_deref().unwrap_or("(all)"),
+        namespaces = %scope_names(&namespaces),
         workers = config.workers,
         hakeeper_discovery = %args.hakeeper_discovery,
         leader_elect = args.leader_elect,
@@ -179,11 +180,12 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
             let namespace = args.lease_namespace.clone().unwrap_or(default_namespace);
             let lease =
                 LeaseSettings { name: args.lease_name.clone(), namespace, identity, duration: args.lease_duration };
-            lead_then_run(client, registry, config, telemetry, probe_state, lease, shutdown).await
+            let controllers = Controllers { client, registry, config, namespaces, telemetry };
+            lead_then_run(controllers, probe_state, lease, shutdown).await
         } else {
             probe_state.set_standing_by(false);
             metrics.set_leader(true);
-            cnpool_controllers::run_observed(client, registry, config, telemetry, shutdown).await;
+            Controllers { client, registry, config, namespaces, telemetry }.run(shutdown).await;
             Ok(())
         }
     };
@@ -229,6 +231,57 @@ fn shadow_timing(dry_run: bool) -> cnpool_controllers::Config {
     }
 }
 
+/// The namespaces `--namespace` names, each once, in order; none means all.
+fn scopes(flags: &[String]) -> anyhow::Result<Vec<String>> {
+    let mut namespaces: Vec<String> = Vec::new();
+    for name in flags.iter().map(|name| name.trim()) {
+        anyhow::ensure!(
+            !name.is_empty(),
+            "--namespace: an empty namespace name; name one, or leave the flag out for all"
+        );
+        if !namespaces.iter().any(|known| known == name) {
+            namespaces.push(name.to_owned());
+        }
+    }
+    Ok(namespaces)
+}
+
+fn scope_names(namespaces: &[String]) -> String {
+    if namespaces.is_empty() { "(all)".to_owned() } else { namespaces.join(",") }
+}
+
+/// The controllers to run: over the whole cluster when `namespaces` is
+/// empty, else one set per namespace, side by side (each with its own
+/// watches and caches, all reporting to one telemetry), so that the
+/// operator needs rights in those namespaces only.
+struct Controllers<R> {
+    client: kube::Client,
+    registry: R,
+    config: cnpool_controllers::Config,
+    namespaces: Vec<String>,
+    telemetry: Telemetry,
+}
+
+impl<R: StoreRegistry + Clone + 'static> Controllers<R> {
+    /// Runs them until `shutdown`.
+    async fn run(&self, shutdown: Shared<BoxFuture<'static, ()>>) {
+        self.telemetry.restart();
+        let scoped: Vec<Option<String>> =
+            if self.namespaces.is_empty() { vec![None] } else { self.namespaces.iter().cloned().map(Some).collect() };
+        let sets = scoped.into_iter().map(|namespace| {
+            let config = cnpool_controllers::Config { namespace, ..self.config.clone() };
+            cnpool_controllers::run_observed(
+                self.client.clone(),
+                self.registry.clone(),
+                config,
+                self.telemetry.clone(),
+                shutdown.clone(),
+            )
+        });
+        futures::future::join_all(sets).await;
+    }
+}
+
 struct LeaseSettings {
     name: String,
     namespace: String,
@@ -240,16 +293,14 @@ struct LeaseSettings {
 /// by again when it is lost, until `shutdown`; then gives the lease up so
 /// that another replica takes over at once.
 async fn lead_then_run<R: StoreRegistry + Clone + 'static>(
-    client: kube::Client,
-    registry: R,
-    config: cnpool_controllers::Config,
-    telemetry: Telemetry,
+    controllers: Controllers<R>,
     probes: probes::State,
     lease: LeaseSettings,
     shutdown: Shared<BoxFuture<'static, ()>>,
 ) -> anyhow::Result<()> {
+    let telemetry = controllers.telemetry.clone();
     let seconds = lease.duration.as_secs().max(2);
-    let manager = kube_lease_manager::LeaseManagerBuilder::new(client.clone(), &lease.name)
+    let manager = kube_lease_manager::LeaseManagerBuilder::new(controllers.client.clone(), &lease.name)
         .with_namespace(&lease.namespace)
         .with_identity(&lease.identity)
         .with_duration(seconds)
@@ -282,21 +333,15 @@ async fn lead_then_run<R: StoreRegistry + Clone + 'static>(
                 let _ = stopped.wait_for(|stop| *stop).await;
             }
         };
-        let controllers = cnpool_controllers::run_observed(
-            client.clone(),
-            registry.clone(),
-            config.clone(),
-            telemetry.clone(),
-            stopped,
-        );
-        let mut controllers = std::pin::pin!(controllers);
+        let running = controllers.run(stopped.boxed().shared());
+        let mut running = std::pin::pin!(running);
         let lost = tokio::select! {
             () = &mut shutdown_seen => false,
             _ = leading.wait_for(|leads| !*leads) => true,
-            () = &mut controllers => false,
+            () = &mut running => false,
         };
         let _ = stop.send(true);
-        controllers.await;
+        running.await;
         telemetry.metrics.set_leader(false);
         probes.set_standing_by(true);
         if !lost {

@@ -126,3 +126,38 @@ async fn shadow_mode_reports_the_adoption_and_writes_nothing() {
     assert_eq!(distinct.len(), reported.len(), "no write is reported twice");
     assert!(cluster.processes().operators_running());
 }
+
+/// `--namespace` given twice: the operator binds the claims of both
+/// namespaces and leaves a third alone (no finalizer, no status, no pods
+/// made for its pool).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_scoped_to_two_namespaces_serves_both_and_no_other() {
+    let cluster = cluster().await;
+    let second = cluster.another_namespace("second").await;
+    let outside = cluster.another_namespace("outside").await;
+    cluster.start_operator_with(0, &["--namespace", &second]).await;
+    for ns in [&cluster.ns, &second, &outside] {
+        cluster.create_pool_in(ns, 1, Some(3)).await;
+        cluster.create_claim_in(ns, "tenant", &[("account", ns)], &[]).await;
+    }
+    bound_pod(&cluster, "tenant").await;
+    let claims_of = |ns: &str| kube::Api::<cnpool_api::CNClaim>::namespaced(cluster.client.clone(), ns);
+    let pods_of = |ns: &str| kube::Api::<k8s_openapi::api::core::v1::Pod>::namespaced(cluster.client.clone(), ns);
+    eventually("the second namespace's claim Bound", Duration::from_secs(30), || async {
+        let claim = claims_of(&second).get("tenant").await.map_err(|e| e.to_string())?;
+        match claim_phase(&claim) {
+            Some("Bound") => Ok(()),
+            phase => Err(format!("{phase:?}")),
+        }
+    })
+    .await;
+    // Both bound; the third namespace had as long to be touched.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let untouched = claims_of(&outside).get("tenant").await.unwrap();
+    assert!(untouched.status.is_none(), "a claim outside the scope has no status: {:?}", untouched.status);
+    assert!(untouched.metadata.finalizers.unwrap_or_default().is_empty(), "nor a finalizer");
+    let pods = pods_of(&outside).list(&Default::default()).await.unwrap();
+    assert!(pods.items.is_empty(), "no pods made outside the scope: {}", pods.items.len());
+    let log = cluster.processes().operator_log(0);
+    assert!(log.contains(&format!("namespaces={},{second}", cluster.ns)), "the scope is logged at start");
+}

@@ -49,10 +49,21 @@ pub use wake::Triggers;
 
 /// What the process running the controllers can observe of them: their
 /// metrics, and whether their caches have been listed once (readiness).
-#[derive(Clone, Default)]
+/// One `Telemetry` may serve the controllers of several namespaces at once
+/// ([`Telemetry::for_scopes`]).
+#[derive(Clone)]
 pub struct Telemetry {
     pub metrics: Arc<Metrics>,
+    /// Caches listed at least once since the last [`Telemetry::restart`].
     listed: Arc<AtomicUsize>,
+    /// How many sets of controllers (one per namespace) report here.
+    scopes: usize,
+}
+
+impl Default for Telemetry {
+    fn default() -> Self {
+        Self::new(Arc::default())
+    }
 }
 
 /// The kinds whose first list makes the controllers ready: pods, claims,
@@ -62,12 +73,25 @@ const INFORMERS: usize = 4;
 impl Telemetry {
     /// Telemetry reporting to `metrics`.
     pub fn new(metrics: Arc<Metrics>) -> Self {
-        Self { metrics, listed: Arc::default() }
+        Self::for_scopes(metrics, 1)
+    }
+
+    /// Telemetry for `scopes` sets of controllers run side by side, one per
+    /// namespace, all reporting to `metrics`: ready once every set's caches
+    /// are listed.
+    pub fn for_scopes(metrics: Arc<Metrics>, scopes: usize) -> Self {
+        Self { metrics, listed: Arc::default(), scopes: scopes.max(1) }
     }
 
     /// Whether every cache has been listed since the controllers started.
     pub fn ready(&self) -> bool {
-        self.listed.load(Ordering::Relaxed) >= INFORMERS
+        self.listed.load(Ordering::Relaxed) >= INFORMERS * self.scopes
+    }
+
+    /// The controllers start again (a new leadership term): they are not
+    /// ready until their new caches have been listed.
+    pub fn restart(&self) {
+        self.listed.store(0, Ordering::Relaxed);
     }
 }
 
@@ -149,7 +173,8 @@ pub async fn run<R>(
     run_observed(client, registry, config, Telemetry::default(), shutdown).await;
 }
 
-/// [`run`], reporting to `telemetry`.
+/// [`run`], reporting to `telemetry`. A caller that runs the controllers
+/// again with the same telemetry calls [`Telemetry::restart`] first.
 pub async fn run_observed<R>(
     client: kube::Client,
     registry: R,
@@ -232,7 +257,6 @@ pub fn wire<R>(
 where
     R: StoreRegistry + 'static,
 {
-    telemetry.listed.store(0, Ordering::Relaxed);
     let ctx = Arc::new(Context::new(client.clone(), registry, config, Arc::clone(&telemetry.metrics)));
     let listed = || {
         let listed = Arc::clone(&telemetry.listed);

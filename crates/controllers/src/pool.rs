@@ -148,14 +148,28 @@ pub async fn reconcile<R: StoreRegistry + 'static>(pool: Arc<CNPool>, ctx: Arc<C
     let expected = expectations(&ctx, &key, &pods);
     let plan = plan_pool(&view, &pods, pending, &expected);
     let busy = !plan.is_empty();
+    let mut created = Vec::new();
     for pod_name in &plan.create {
-        create_pod(&ctx, &pool, &revision, pod_name).await?;
+        if create_pod(&ctx, &pool, &revision, pod_name).await? {
+            created.push(pod_name.as_str());
+        }
     }
+    let mut retired = Vec::new();
     for pod in &plan.retire {
         let Some(raw) = raw_pods.iter().find(|raw| raw.uid().as_deref() == Some(pod.uid.as_str())) else { continue };
         if let Outcome::Applied(_) = ownership::transition(&ctx.client, raw, Transition::Retire, ctx.now()).await? {
             ctx.expected.deletion(&key, &pod.uid);
+            retired.push(pod.name.as_str());
         }
+    }
+    let pool_ref = pool.object_ref(&());
+    if !created.is_empty() {
+        let note = format!("created pods {} ({pending} pending claims, maxIdle {})", created.join(", "), view.max_idle);
+        ctx.event(&pool_ref, false, "ScaledOut", "Create", note).await;
+    }
+    if !retired.is_empty() {
+        let note = format!("retiring pods {} (surplus Idle, or of an old template)", retired.join(", "));
+        ctx.event(&pool_ref, false, "ScaledIn", "Retire", note).await;
     }
     for pod in &plan.delete {
         delete_pod(&ctx, &key, pod).await?;
@@ -229,7 +243,9 @@ async fn ensure_service<R>(ctx: &Context<R>, pool: &CNPool) -> Result<(), Error>
     }
 }
 
-async fn create_pod<R>(ctx: &Context<R>, pool: &CNPool, revision: &str, name: &str) -> Result<(), Error> {
+/// Creates pod `name` of `pool`; `false` when the name was taken (by another
+/// worker or operator: the name is the lock).
+async fn create_pod<R>(ctx: &Context<R>, pool: &CNPool, revision: &str, name: &str) -> Result<bool, Error> {
     let (namespace, pool_name) = key_of(pool);
     let template = &pool.spec.template;
     let mut meta = template.metadata.clone().unwrap_or_default();
@@ -261,12 +277,11 @@ async fn create_pod<R>(ctx: &Context<R>, pool: &CNPool, revision: &str, name: &s
         Ok(_) => {
             tracing::info!(pool = %pool_name, pod = %name, revision, "created pod");
             ctx.expected.creation(&(namespace, pool_name), name);
-            Ok(())
+            Ok(true)
         }
-        // The name is the lock: another worker or operator created it.
         Err(error) if is_already_exists(&error) => {
             tracing::debug!(pool = %pool_name, pod = %name, "pod exists already");
-            Ok(())
+            Ok(false)
         }
         Err(error) => Err(Error::kube("create pod", name, error)),
     }

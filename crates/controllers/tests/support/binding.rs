@@ -67,6 +67,15 @@ pub async fn claims_bind_to_distinct_pods_whose_stores_carry_their_labels(cluste
         let recorded = claim.status.as_ref().and_then(|status| status.store.as_ref()).unwrap();
         assert_eq!(recorded.pod_uid, pod.metadata.uid, "{name} recorded its pod's UID");
     }
+    // `kubectl describe cnpool` tells why the pool grew.
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(cluster.client.clone(), &cluster.ns);
+    eventually("the pool's ScaledOut Events", BIND, || async {
+        let selector = format!("involvedObject.kind=CNPool,involvedObject.name={POOL}");
+        let listed = events.list(&ListParams::default().fields(&selector)).await.map_err(|e| e.to_string())?;
+        let reasons: Vec<String> = listed.items.iter().filter_map(|event| event.reason.clone()).collect();
+        if reasons.iter().any(|reason| reason == "ScaledOut") { Ok(()) } else { Err(format!("{reasons:?}")) }
+    })
+    .await;
 }
 
 pub async fn a_claim_whose_pod_is_deleted_or_whose_store_vanishes_is_lost_then_rebound(cluster: &Cluster) {

@@ -102,6 +102,8 @@ pub struct Cluster {
     pub client: kube::Client,
     node_side: NodeSide,
     stop: watch::Sender<bool>,
+    /// Namespaces a scenario made beside `ns`.
+    others: Mutex<Vec<String>>,
 }
 
 impl Drop for Cluster {
@@ -111,11 +113,15 @@ impl Drop for Cluster {
             // Drop cannot await, and this runtime's clients cannot be driven
             // from inside it: clean up from a thread with a runtime and a
             // client of its own.
-            let (kubeconfig, ns) = (kubeconfig.clone(), self.ns.clone());
+            let kubeconfig = kubeconfig.clone();
+            let mut namespaces = vec![self.ns.clone()];
+            namespaces.extend(self.others.lock().unwrap().drain(..));
             let cleanup = std::thread::spawn(move || {
                 let Ok(runtime) = tokio::runtime::Builder::new_current_thread().enable_all().build() else { return };
                 runtime.block_on(async {
-                    let _ = tokio::time::timeout(Duration::from_secs(30), delete_namespace(&kubeconfig, &ns)).await;
+                    for ns in &namespaces {
+                        let _ = tokio::time::timeout(Duration::from_secs(30), delete_namespace(&kubeconfig, ns)).await;
+                    }
                 });
             });
             let _ = cleanup.join();
@@ -177,6 +183,28 @@ fn fresh_namespace() -> String {
     static CLUSTERS: AtomicUsize = AtomicUsize::new(0);
     let millis = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_millis();
     format!("e2e-{}-{}-{}", std::process::id(), CLUSTERS.fetch_add(1, Ordering::Relaxed), millis % 1_000_000)
+}
+
+/// Creates namespace `ns` and, on a real server (`real`), waits until pods
+/// can be created in it.
+async fn create_namespace(client: &kube::Client, ns: &str, real: bool) {
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let namespace = serde_json::from_value(json!({"metadata": {"name": ns}})).expect("namespace");
+    namespaces.create(&PostParams::default(), &namespace).await.expect("create the test namespace");
+    if !real {
+        return;
+    }
+    // Admission rejects pods until the namespace's default service account
+    // has its token (the controller manager adds both).
+    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), ns);
+    eventually("the default service account has a token", Duration::from_secs(30), || async {
+        let account = accounts.get_opt("default").await.map_err(|e| e.to_string())?;
+        match account.and_then(|account| account.secrets).filter(|secrets| !secrets.is_empty()) {
+            Some(_) => Ok(()),
+            None => Err("no token yet".into()),
+        }
+    })
+    .await;
 }
 
 /// Installs the CRDs (replacing any older version) and waits until they are served.
@@ -251,25 +279,12 @@ impl Cluster {
             Target::Embedded(_) | Target::ServedByDev { .. } => "default".to_owned(),
             Target::Real { .. } => {
                 let ns = fresh_namespace();
-                let namespaces: Api<Namespace> = Api::all(client.clone());
-                let namespace = serde_json::from_value(json!({"metadata": {"name": ns}})).expect("namespace");
-                namespaces.create(&PostParams::default(), &namespace).await.expect("create the test namespace");
-                // Admission rejects pods until the namespace's default service
-                // account has its token (the controller manager adds both).
-                let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), &ns);
-                eventually("the default service account has a token", Duration::from_secs(30), || async {
-                    let account = accounts.get_opt("default").await.map_err(|e| e.to_string())?;
-                    match account.and_then(|account| account.secrets).filter(|secrets| !secrets.is_empty()) {
-                        Some(_) => Ok(()),
-                        None => Err("no token yet".into()),
-                    }
-                })
-                .await;
+                create_namespace(&client, &ns, true).await;
                 ns
             }
         };
         install_crds(&client, &ns).await;
-        Self { target, ns, client, node_side, stop }
+        Self { target, ns, client, node_side, stop, others: Mutex::default() }
     }
 
     /// Starts one operator instance with its own client (its own process,
@@ -383,11 +398,25 @@ impl Cluster {
         Api::namespaced(self.client.clone(), &self.ns)
     }
 
+    /// Creates another namespace for the scenario, named after this
+    /// cluster's with `suffix`; deleted with the cluster on a real server.
+    pub async fn another_namespace(&self, suffix: &str) -> String {
+        let ns = format!("{}-{suffix}", self.ns);
+        create_namespace(&self.client, &ns, matches!(self.target, Target::Real { .. })).await;
+        self.others.lock().unwrap().push(ns.clone());
+        ns
+    }
+
     pub async fn create_pool(&self, max_idle: i32, max_pods: Option<i32>) {
+        self.create_pool_in(&self.ns, max_idle, max_pods).await;
+    }
+
+    /// [`Cluster::create_pool`] in namespace `ns`.
+    pub async fn create_pool_in(&self, ns: &str, max_idle: i32, max_pods: Option<i32>) {
         let pool: CNPool = serde_json::from_value(json!({
             "apiVersion": "core.matrixorigin.io/v1alpha1",
             "kind": "CNPool",
-            "metadata": {"name": POOL, "namespace": self.ns},
+            "metadata": {"name": POOL, "namespace": ns},
             "spec": {
                 "template": {"spec": {"containers": [{"name": "cn", "image": "matrixorigin/matrixone:test"}]}},
                 "podLabels": {"tier": "standard"},
@@ -398,16 +427,28 @@ impl Cluster {
             },
         }))
         .expect("pool");
-        self.pools().create(&PostParams::default(), &pool).await.expect("create pool");
+        let pools: Api<CNPool> = Api::namespaced(self.client.clone(), ns);
+        pools.create(&PostParams::default(), &pool).await.expect("create pool");
     }
 
     pub async fn create_claim(&self, name: &str, cn_labels: &[(&str, &str)], additional: &[(&str, &str)]) -> CNClaim {
+        self.create_claim_in(&self.ns, name, cn_labels, additional).await
+    }
+
+    /// [`Cluster::create_claim`] in namespace `ns`.
+    pub async fn create_claim_in(
+        &self,
+        ns: &str,
+        name: &str,
+        cn_labels: &[(&str, &str)],
+        additional: &[(&str, &str)],
+    ) -> CNClaim {
         let cn_labels: Vec<_> = cn_labels.iter().map(|(k, v)| json!({"key": k, "values": [v]})).collect();
         let additional: BTreeMap<_, _> = additional.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         let claim: CNClaim = serde_json::from_value(json!({
             "apiVersion": "core.matrixorigin.io/v1alpha1",
             "kind": "CNClaim",
-            "metadata": {"name": name, "namespace": self.ns},
+            "metadata": {"name": name, "namespace": ns},
             "spec": {
                 "selector": {"matchLabels": {"tier": "standard"}},
                 "poolName": POOL,
@@ -417,7 +458,8 @@ impl Cluster {
             },
         }))
         .expect("claim");
-        self.claims().create(&PostParams::default(), &claim).await.expect("create claim")
+        let claims: Api<CNClaim> = Api::namespaced(self.client.clone(), ns);
+        claims.create(&PostParams::default(), &claim).await.expect("create claim")
     }
 
     pub async fn pool_pods(&self) -> Vec<Pod> {
