@@ -78,7 +78,7 @@
 
 use std::sync::Arc;
 
-use cnpool_api::{CNClaim, CNClaimStatus, CNLabel, CNStoreStatus, ClaimPhase, MigrateStatus, Workload, labels};
+use cnpool_api::{CNClaim, CNClaimStatus, CNLabel, CNStoreStatus, ClaimPhase, MigrateStatus, PodRef, Workload, labels};
 use cnpool_core::claim::{AfterRelease, ClaimInput, ClaimStep, LossReason, Release, Unavailable, next_claim_step};
 use cnpool_core::convert::claim_view;
 use cnpool_core::model::{ClaimView, PodView, Read};
@@ -446,6 +446,22 @@ async fn step<R: StoreRegistry>(ctx: &Context<R>, snap: &mut Snapshot, key: &Key
             mark_bound(ctx, snap, &view, store_view.as_ref()).await?;
             ctx.settled(Kind::Claim, key);
             Ok(Next::Done(Action::requeue(ctx.config.resync)))
+        }
+        ClaimStep::StartMigration(pod) => {
+            let mut updated = snap.claim.clone();
+            updated.spec.source_pod =
+                Some(PodRef { pod_name: pod.name.clone(), node_name: pod.node.clone().unwrap_or_default() });
+            updated.spec.pod_name.clear();
+            Ok(match replace(ctx, &updated).await? {
+                Some(written) => {
+                    snap.claim = written;
+                    tracing::info!(claim = %view.name, pod = %pod.name, "claim migrates off a cordoned pod");
+                    let note = format!("pod {} is cordoned for maintenance: migrating to another pod", pod.name);
+                    ctx.event(&claim_ref, false, "MigrationStarted", "Migrate", note).await;
+                    Next::Again
+                }
+                None => Next::Done(Action::requeue(ctx.config.requeue_min)),
+            })
         }
         ClaimStep::RefuseMigration(why) => refuse_migration(ctx, snap, &view, why).await,
         ClaimStep::NoteTargetServing(target) => {

@@ -92,6 +92,7 @@ fn claim_facts(pod: &Pod) -> impl PartialEq + '_ {
         &pod.metadata.labels,
         pod.metadata.deletion_timestamp.is_some(),
         annotation(pod, labels::BINDING),
+        annotation(pod, labels::STORE_CORDON).is_some(),
         pod.status.as_ref().and_then(|status| status.phase.as_deref()),
         pod.spec.as_ref().and_then(|spec| spec.node_name.as_deref()),
     )

@@ -191,6 +191,40 @@ async fn a_named_target_owned_by_another_claim_is_refused_and_no_pod_changes_own
     assert_eq!(bound_pod(&cluster, "victim").await.0, victim_pod, "the other claim kept its pod");
 }
 
+/// Node maintenance: `matrixorigin.io/store-cordon` on a Bound pod makes
+/// cnpool migrate its claim to another pod first; the drained pod is then
+/// retired rather than offered again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_cordon_on_a_bound_pod_migrates_its_claim_off_it() {
+    let cluster = Cluster::new().await;
+    let commits = Commits::record(&cluster).await;
+    cluster.start_operator(0).await;
+    cluster.create_pool(1, Some(6)).await;
+    cluster.create_claim("tenant", &[("account", "acme")], &[]).await;
+    let (cordoned, _) = bound_pod(&cluster, "tenant").await;
+
+    let cordon = json!({"metadata": {"annotations": {labels::STORE_CORDON: "maintenance"}}});
+    cluster.pods().patch(&cordoned, &PatchParams::default(), &Patch::Merge(&cordon)).await.expect("cordon the pod");
+    let target = migrated(&cluster, "tenant", &cordoned).await;
+    assert_ne!(target, cordoned);
+    eventually("the cordoned pod retired", Duration::from_secs(60), || async {
+        let phases: Vec<Option<String>> = commits
+            .states_of("pods", &cordoned)
+            .iter()
+            .map(|state| state["metadata"]["labels"][labels::PHASE].as_str().map(str::to_owned))
+            .collect();
+        let gone = cluster.pods().get_opt(&cordoned).await.map_err(|e| e.to_string())?.is_none();
+        let retired = phases.iter().any(|phase| phase.as_deref() == Some("Terminating"));
+        if retired || gone { Ok(()) } else { Err(format!("phases {phases:?}")) }
+    })
+    .await;
+    let events: kube::Api<k8s_openapi::api::core::v1::Event> =
+        kube::Api::namespaced(cluster.client.clone(), &cluster.ns);
+    let listed = events.list(&kube::api::ListParams::default().fields("involvedObject.name=tenant")).await.unwrap();
+    let reasons: Vec<String> = listed.items.iter().filter_map(|event| event.reason.clone()).collect();
+    assert!(reasons.iter().any(|reason| reason == "MigrationStarted"), "{reasons:?}");
+}
+
 /// Every log line of this test process, as text without colours.
 fn captured_logs() -> Arc<Mutex<Vec<u8>>> {
     static LOGS: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();

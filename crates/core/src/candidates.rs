@@ -31,6 +31,9 @@ pub enum Ineligible {
     Deleting,
     /// It cannot serve.
     Failed,
+    /// It carries `matrixorigin.io/store-cordon`: node maintenance wants
+    /// tenants off it.
+    Cordoned,
     /// It is in no pool, or not in the claim's pool.
     OtherPool,
     /// Its pool is unknown or being deleted.
@@ -50,6 +53,7 @@ impl Ineligible {
             Self::Owned => "Owned",
             Self::Deleting => "Deleting",
             Self::Failed => "Failed",
+            Self::Cordoned => "Cordoned",
             Self::OtherPool => "OtherPool",
             Self::PoolUnavailable => "PoolUnavailable",
             Self::Outdated => "Outdated",
@@ -65,6 +69,7 @@ impl Ineligible {
             Self::Owned => "another claim holds it",
             Self::Deleting => "it is being deleted",
             Self::Failed => "it has failed",
+            Self::Cordoned => "it is cordoned for maintenance (matrixorigin.io/store-cordon)",
             Self::OtherPool => "it is not in the claim's pool",
             Self::PoolUnavailable => "its pool is unknown or being deleted",
             Self::Outdated => "it runs an old pool template",
@@ -82,6 +87,7 @@ pub fn eligibility(claim: &ClaimView, pod: &PodView, pools: &[PoolView]) -> Resu
     check(!pod.has_owner(), Ineligible::Owned)?;
     check(!pod.deleting, Ineligible::Deleting)?;
     check(!pod.failed, Ineligible::Failed)?;
+    check(!pod.cordoned, Ineligible::Cordoned)?;
     let pod_pool = pod.pool.as_deref().ok_or(Ineligible::OtherPool)?;
     check(claim.pool_name.as_deref().is_none_or(|wanted| wanted == pod_pool), Ineligible::OtherPool)?;
     let pool = pools.iter().find(|pool| pool.name == pod_pool && !pool.deleting).ok_or(Ineligible::PoolUnavailable)?;
@@ -122,6 +128,7 @@ mod tests {
             (Ineligible::Owned, PodView { claimed_by: Some("x".into()), ..idle_pod("p", 1) }, claim()),
             (Ineligible::Deleting, PodView { deleting: true, ..idle_pod("p", 1) }, claim()),
             (Ineligible::Failed, PodView { failed: true, ..idle_pod("p", 1) }, claim()),
+            (Ineligible::Cordoned, PodView { cordoned: true, ..idle_pod("p", 1) }, claim()),
             (Ineligible::Outdated, PodView { outdated: true, ..idle_pod("p", 1) }, claim()),
             (Ineligible::Outdated, PodView { revision: Some("old".into()), ..idle_pod("p", 1) }, claim()),
             (Ineligible::OtherPool, PodView { pool: None, ..idle_pod("p", 1) }, claim()),

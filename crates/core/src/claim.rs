@@ -38,6 +38,7 @@
 //! | 17 | holds its recorded pod, which is not phase Bound or whose binding annotation or additional labels differ from the spec | `RewriteBinding` |
 //! | 18 | holds its recorded pod; its store is not observed Working with exactly the claim's CN labels (missing within the bound, or HAKeeper not asked) | `WaitForStore` |
 //! | 19 | holds its recorded pod, whose store serves; phase not Bound/Outdated | `MarkBound` |
+//! | 20c | holds its recorded pod, whose store serves, which carries `matrixorigin.io/store-cordon`; phase Bound or Outdated; no `sourcePod` | `StartMigration`: `sourcePod` = that pod, `spec.podName` removed (cnpool picks the target) |
 //! | 20 | holds its recorded pod, whose store serves; phase Bound or Outdated; no `sourcePod` | `InSync` |
 //!
 //! A claim with `spec.sourcePod` set migrates (DESIGN §2, "Migrate"): it
@@ -182,6 +183,9 @@ pub enum ClaimStep<'a> {
     /// The named migration target looks unavailable in the cache: read the
     /// claim and the target live and call again.
     ConfirmRefusal,
+    /// The held pod is cordoned for maintenance: start a migration away from
+    /// it to a pod cnpool chooses (`sourcePod` = it, `spec.podName` removed).
+    StartMigration(&'a PodView),
     /// A migration whose named target cannot be acquired is refused:
     /// `spec.podName` goes back to the source, `spec.sourcePod` is cleared,
     /// and the claim says why in its Migration condition and an Event.
@@ -450,6 +454,7 @@ fn sync<'a>(input: &ClaimInput<'a>, pod: &'a PodView) -> ClaimStep<'a> {
     }
     match claim.phase {
         Some(ClaimPhase::Bound | ClaimPhase::Outdated) if claim.source_pod.is_some() => migrate(input, pod),
+        Some(ClaimPhase::Bound | ClaimPhase::Outdated) if pod.cordoned => ClaimStep::StartMigration(pod),
         Some(ClaimPhase::Bound | ClaimPhase::Outdated) => ClaimStep::InSync,
         _ => ClaimStep::MarkBound,
     }

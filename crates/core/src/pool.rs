@@ -6,9 +6,10 @@
 //! whatever its phase, and so does every creation issued but not yet seen.
 //!
 //! - **Supply**: unowned, healthy, not deleting, phase Idle or Unknown, of
-//!   the current revision and not outdated; plus expected creations.
+//!   the current revision, not outdated and not cordoned
+//!   (`matrixorigin.io/store-cordon`); plus expected creations.
 //! - **Stale**: unowned, not deleting, phase Idle or Unknown, but of an old
-//!   revision, outdated or failed. Always retired; never supply.
+//!   revision, outdated, cordoned or failed. Always retired; never supply.
 //! - **Scale-in** retires Idle supply pods only, fewest sessions
 //!   (`pod-deletion-cost`) first, then newest, then by name.
 //! - **Terminating** unowned pods not yet deleting are deleted.
@@ -72,7 +73,10 @@ fn role(pool: &PoolView, pod: &PodView, expected: &Expectations) -> Role {
         return Role::Occupant;
     }
     match pod.phase {
-        Some(PodPhase::Idle | PodPhase::Unknown) if pod.is_current(pool) && !pod.failed && !pool.deleting => {
+        // A cordoned pod is offered to no claim (node maintenance wants it empty).
+        Some(PodPhase::Idle | PodPhase::Unknown)
+            if pod.is_current(pool) && !pod.failed && !pod.cordoned && !pool.deleting =>
+        {
             Role::Supply
         }
         Some(PodPhase::Idle | PodPhase::Unknown) => Role::Stale,

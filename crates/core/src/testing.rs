@@ -254,6 +254,7 @@ pub fn may_acquire(claim: &ClaimView, pod: &PodView, pools: &[PoolView]) -> bool
         && pod.claimed_by.is_none()
         && !pod.deleting
         && !pod.failed
+        && !pod.cordoned
         && !pod.outdated
         && pool.is_some_and(|pool| !pool.deleting && pod.revision.as_ref() == Some(&pool.current_revision))
         && claim.pool_name.as_ref().is_none_or(|name| Some(name) == pod.pool.as_ref())

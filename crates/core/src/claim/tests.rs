@@ -430,6 +430,21 @@ fn a_draining_source_is_reported_when_its_workload_changes_and_then_completes() 
     assert_eq!(gone.step(), ClaimStep::CompleteMigration);
 }
 
+#[test]
+fn a_bound_claim_on_a_cordoned_pod_starts_a_migration_away_from_it() {
+    let world = settled(ClaimPhase::Bound);
+    let serving = serving_store(&world.claim);
+    let mut world = world.store(Seen::Registered(serving));
+    for pod in world.owned.iter_mut().chain(world.pods.iter_mut()) {
+        pod.cordoned = true;
+    }
+    assert_eq!(world.step(), ClaimStep::StartMigration(world.pod("p")));
+    // Once migrating, the cordoned pod is the source and never a target.
+    let migrating =
+        World { claim: ClaimView { source_pod: Some("p".into()), pod_name: None, ..world.claim.clone() }, ..world };
+    assert!(matches!(migrating.step(), ClaimStep::Acquire { candidates } if candidates.is_empty()));
+}
+
 // Row 13.
 #[test]
 fn an_unbound_claim_gets_the_eligible_pods_best_first() {
