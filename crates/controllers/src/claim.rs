@@ -79,7 +79,9 @@
 use std::sync::Arc;
 
 use cnpool_api::{CNClaim, CNClaimStatus, CNLabel, CNStoreStatus, ClaimPhase, MigrateStatus, PodRef, Workload, labels};
-use cnpool_core::claim::{AfterRelease, ClaimInput, ClaimStep, LossReason, Release, Unavailable, next_claim_step};
+use cnpool_core::claim::{
+    AfterRelease, ClaimInput, ClaimStep, LossReason, MigrationCause, Release, Unavailable, next_claim_step,
+};
 use cnpool_core::convert::claim_view;
 use cnpool_core::model::{ClaimView, PodView, Read};
 use cnpool_registry::StoreRegistry;
@@ -219,6 +221,15 @@ fn raw<'a>(pods: impl IntoIterator<Item = &'a Arc<Pod>>, view: &PodView) -> Opti
     pods.into_iter().find(|pod| pod.uid().as_deref() == Some(view.uid.as_str())).cloned()
 }
 
+/// Whether an Outdated standalone claim on `held` may start migrating: no
+/// other claim of the pod's pool migrates now (by the cache, and by what
+/// this process started lately), so a rollout moves one tenant at a time.
+fn may_roll<R>(ctx: &Context<R>, namespace: &str, held: Option<&PodView>) -> bool {
+    let Some(pool) = held.and_then(|pod| pod.pool.as_deref()) else { return false };
+    let migrating = ctx.claims.in_pool(namespace, pool).iter().any(|claim| claim.spec.source_pod.is_some());
+    !migrating && !ctx.rolled_lately(namespace, pool)
+}
+
 /// The Idle pods of the pools `claim` may take from.
 fn candidate_pods<R>(ctx: &Context<R>, claim: &ClaimView, namespace: &str) -> Vec<Arc<Pod>> {
     let pools: Vec<String> = match &claim.pool_name {
@@ -279,6 +290,7 @@ async fn step<R: StoreRegistry>(ctx: &Context<R>, snap: &mut Snapshot, key: &Key
         source: source.as_ref(),
         serving_since,
         propagation_delay: ctx.config.migration_propagation_delay,
+        may_roll: view.phase == Some(ClaimPhase::Outdated) && may_roll(ctx, &namespace, held_pod),
     };
     let read_pods: Vec<Arc<Pod>> = snap
         .owned
@@ -447,21 +459,37 @@ async fn step<R: StoreRegistry>(ctx: &Context<R>, snap: &mut Snapshot, key: &Key
             ctx.settled(Kind::Claim, key);
             Ok(Next::Done(Action::requeue(ctx.config.resync)))
         }
-        ClaimStep::StartMigration(pod) => {
+        ClaimStep::StartMigration(pod, cause) => {
             let mut updated = snap.claim.clone();
-            updated.spec.source_pod =
-                Some(PodRef { pod_name: pod.name.clone(), node_name: pod.node.clone().unwrap_or_default() });
+            let node_name = pod.node.clone().unwrap_or_default();
+            updated.spec.source_pod = Some(PodRef { pod_name: pod.name.clone(), node_name });
             updated.spec.pod_name.clear();
             Ok(match replace(ctx, &updated).await? {
                 Some(written) => {
                     snap.claim = written;
-                    tracing::info!(claim = %view.name, pod = %pod.name, "claim migrates off a cordoned pod");
-                    let note = format!("pod {} is cordoned for maintenance: migrating to another pod", pod.name);
+                    if cause == MigrationCause::Outdated {
+                        ctx.note_rolled(&namespace, pod.pool.as_deref().unwrap_or_default());
+                    }
+                    let why = cause.message();
+                    tracing::info!(claim = %view.name, pod = %pod.name, why, "claim starts migrating");
+                    let note = format!("pod {} {why}: migrating to another pod", pod.name);
                     ctx.event(&claim_ref, false, "MigrationStarted", "Migrate", note).await;
                     Next::Again
                 }
                 None => Next::Done(Action::requeue(ctx.config.requeue_min)),
             })
+        }
+        ClaimStep::MarkOutdated => {
+            let mut updated = snap.claim.clone();
+            let status = updated.status.get_or_insert_with(CNClaimStatus::default);
+            let from = status.phase;
+            status.phase = Some(ClaimPhase::Outdated);
+            if let Some(written) = replace_status(ctx, &updated).await? {
+                snap.claim = written;
+                tracing::info!(claim = %view.name, from = ?from, to = "Outdated", "claim's pod runs an old template");
+                return Ok(Next::Again);
+            }
+            Ok(Next::Done(Action::requeue(ctx.config.requeue_min)))
         }
         ClaimStep::RefuseMigration(why) => refuse_migration(ctx, snap, &view, why).await,
         ClaimStep::NoteTargetServing(target) => {

@@ -136,6 +136,8 @@ pub struct Context<R> {
     pub(crate) expected_members: Expected,
     /// Migrations this process has seen under way, by claim UID.
     migrations: Mutex<BTreeMap<String, Migration>>,
+    /// When this process last started a rollout migration, per pool.
+    rolled: Mutex<BTreeMap<Key, Instant>>,
     recorder: Recorder,
 }
 
@@ -178,7 +180,20 @@ impl<R> Context<R> {
             expected: Expected::default(),
             expected_members: Expected::default(),
             migrations: Mutex::default(),
+            rolled: Mutex::default(),
         }
+    }
+
+    /// Notes that a rollout migration of pool `namespace/pool` just started.
+    pub fn note_rolled(&self, namespace: &str, pool: &str) {
+        lock(&self.rolled).insert((namespace.to_owned(), pool.to_owned()), Instant::now());
+    }
+
+    /// Whether this process started a rollout migration in the pool so
+    /// lately that the cache may not show it yet.
+    pub fn rolled_lately(&self, namespace: &str, pool: &str) -> bool {
+        let key = (namespace.to_owned(), pool.to_owned());
+        lock(&self.rolled).get(&key).is_some_and(|at| at.elapsed() < Duration::from_secs(5))
     }
 
     /// Notes that the claim `claim_uid` migrates and returns since when the

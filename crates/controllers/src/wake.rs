@@ -271,6 +271,14 @@ pub fn pool_changed<R>(ctx: &Context<R>, (old, new): Change<'_, CNPool>) {
     if differs && new.is_some() {
         ctx.wake.pool(&namespace, &name);
     }
+    // A new template makes the pool's bound claims Outdated: they look again.
+    if let (Some(old), Some(new)) = (old, new)
+        && old.spec.template != new.spec.template
+    {
+        for claim in ctx.claims.in_pool(&namespace, &name) {
+            ctx.wake.claim(&namespace, &claim.name_any());
+        }
+    }
 }
 
 pub fn claim_set_changed<R>(ctx: &Context<R>, (old, new): Change<'_, CNClaimSet>) {

@@ -250,3 +250,73 @@ async fn two_operators_scaling_0_to_20_never_exceed_replicas() {
     }
     assert_eq!(peak, REPLICAS as usize);
 }
+
+/// A pool template change rolls a claim set of 5 onto pods of the new
+/// template one surge member at a time, and migrates a standalone claim
+/// off its old pod; the pool never exceeds maxPods and the set never holds
+/// more than replicas + 1 live members.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_template_change_rolls_a_set_of_5_one_surge_at_a_time_and_migrates_a_standalone_claim() {
+    const MAX_PODS: usize = 10;
+    let cluster = Cluster::new().await;
+    let commits = Commits::record(&cluster).await;
+    cluster.start_operator(0).await;
+    cluster.create_pool(1, Some(MAX_PODS as i32)).await;
+    create_set(&cluster, 5).await;
+    cluster.create_claim("standalone", &[("account", "solo")], &[]).await;
+    converged(&cluster, 5).await;
+    let (standalone_pod, _) = bound_pod(&cluster, "standalone").await;
+    let revision_of = |pod: &k8s_openapi::api::core::v1::Pod| label(pod, labels::REVISION).map(str::to_owned);
+    let old = revision_of(&cluster.pods().get(&standalone_pod).await.unwrap());
+
+    let template = json!({"spec": {"template": {"spec": {"containers": [{"name": "cn", "image": "matrixorigin/matrixone:next"}]}}}});
+    cluster.pools().patch(POOL, &PatchParams::default(), &Patch::Merge(&template)).await.expect("change the template");
+
+    eventually("every claim Bound on a pod of the new template", Duration::from_secs(120), || async {
+        let mut claims: Vec<CNClaim> = members(&cluster).await.into_values().collect();
+        if claims.len() != 5 {
+            return Err(format!("{} members", claims.len()));
+        }
+        claims.push(cluster.claims().get("standalone").await.map_err(|e| e.to_string())?);
+        for claim in &claims {
+            let name = claim.metadata.name.clone().unwrap_or_default();
+            if claim_phase(claim) != Some("Bound") || claim.spec.source_pod.is_some() {
+                return Err(format!("{name}: {:?}, migrating {:?}", claim_phase(claim), claim.spec.source_pod));
+            }
+            let pod = cluster.pods().get(&claim.spec.pod_name).await.map_err(|e| e.to_string())?;
+            if revision_of(&pod) == old {
+                return Err(format!("{name} still on {} of the old template", claim.spec.pod_name));
+            }
+        }
+        Ok(())
+    })
+    .await;
+
+    let mut history = commits.snapshot();
+    history.sort_by_key(|commit| commit.resource_version.parse::<u64>().expect("a numeric resourceVersion"));
+    let (mut pods, mut set_members) = (BTreeSet::new(), BTreeSet::new());
+    let (mut peak_pods, mut peak_members) = (0, 0);
+    for commit in history {
+        let name = commit.object["metadata"]["name"].as_str().unwrap_or_default().to_owned();
+        match commit.plural.as_str() {
+            // A pod counts toward maxPods until it is gone.
+            "pods" if commit.change == Change::Deleted => drop(pods.remove(&name)),
+            "pods" => drop(pods.insert(name)),
+            "cnclaims" if commit.object["metadata"]["labels"][labels::CLAIM_SET] == SET => {
+                let going =
+                    commit.change == Change::Deleted || !commit.object["metadata"]["deletionTimestamp"].is_null();
+                if going {
+                    set_members.remove(&name)
+                } else {
+                    set_members.insert(name)
+                };
+            }
+            _ => continue,
+        }
+        peak_pods = peak_pods.max(pods.len());
+        peak_members = peak_members.max(set_members.len());
+    }
+    assert!(peak_pods <= MAX_PODS, "{peak_pods} pods at once, maxPods {MAX_PODS}");
+    assert!(peak_members <= 6, "{peak_members} live members at once for 5 replicas");
+    assert_eq!(peak_members, 6, "the set rolled with a surge member");
+}

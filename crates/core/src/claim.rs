@@ -38,8 +38,11 @@
 //! | 17 | holds its recorded pod, which is not phase Bound or whose binding annotation or additional labels differ from the spec | `RewriteBinding` |
 //! | 18 | holds its recorded pod; its store is not observed Working with exactly the claim's CN labels (missing within the bound, or HAKeeper not asked) | `WaitForStore` |
 //! | 19 | holds its recorded pod, whose store serves; phase not Bound/Outdated | `MarkBound` |
-//! | 20c | holds its recorded pod, whose store serves, which carries `matrixorigin.io/store-cordon`; phase Bound or Outdated; no `sourcePod` | `StartMigration`: `sourcePod` = that pod, `spec.podName` removed (cnpool picks the target) |
-//! | 20 | holds its recorded pod, whose store serves; phase Bound or Outdated; no `sourcePod` | `InSync` |
+//! | 20c | holds its recorded pod, whose store serves, which carries `matrixorigin.io/store-cordon`; phase Bound or Outdated; no `sourcePod` | `StartMigration(Cordoned)`: `sourcePod` = that pod, `spec.podName` removed (cnpool picks the target) |
+//! | 20o | the same pod, not cordoned, of an old template of its pool by its revision label (or labelled outdated); phase Bound | `MarkOutdated` |
+//! | 20u | the same pod, of its pool's current template; phase Outdated | `MarkBound` |
+//! | 20r | phase Outdated; standalone; the pool's rollout allows one more migration | `StartMigration(Outdated)` |
+//! | 20 | holds its recorded pod, whose store serves; phase Bound or Outdated; no `sourcePod` | `InSync` (an Outdated member of a claim set waits for the set's surge) |
 //!
 //! A claim with `spec.sourcePod` set migrates (DESIGN §2, "Migrate"): it
 //! keeps its source while it takes a target, named in `spec.podName` or, when
@@ -115,6 +118,9 @@ pub struct ClaimInput<'a> {
     /// How long a migration target must have served before its source is
     /// released, so that the proxy routes new sessions to the target first.
     pub propagation_delay: Duration,
+    /// Whether the claim's pool lets one more Outdated standalone claim start
+    /// migrating now (the rollout's bound per pool).
+    pub may_roll: bool,
 }
 
 /// The one thing to do next for a claim.
@@ -183,9 +189,11 @@ pub enum ClaimStep<'a> {
     /// The named migration target looks unavailable in the cache: read the
     /// claim and the target live and call again.
     ConfirmRefusal,
-    /// The held pod is cordoned for maintenance: start a migration away from
-    /// it to a pod cnpool chooses (`sourcePod` = it, `spec.podName` removed).
-    StartMigration(&'a PodView),
+    /// Start a migration away from the held pod to a pod cnpool chooses
+    /// (`sourcePod` = it, `spec.podName` removed), for the reason given.
+    StartMigration(&'a PodView, MigrationCause),
+    /// The held pod runs an old template of its pool: set phase Outdated.
+    MarkOutdated,
     /// A migration whose named target cannot be acquired is refused:
     /// `spec.podName` goes back to the source, `spec.sourcePod` is cleared,
     /// and the claim says why in its Migration condition and an Event.
@@ -231,6 +239,25 @@ impl<'a> Release<'a> {
     fn of(pod: &'a PodView) -> Self {
         let then = if pod.failed { AfterRelease::Retire } else { AfterRelease::Drain };
         Self { pod, then }
+    }
+}
+
+/// Why cnpool itself starts a migration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MigrationCause {
+    /// The pod carries `matrixorigin.io/store-cordon` (node maintenance).
+    Cordoned,
+    /// The pod runs an old template of its pool (a template rollout).
+    Outdated,
+}
+
+impl MigrationCause {
+    /// What a person reads in the Event.
+    pub fn message(self) -> &'static str {
+        match self {
+            Self::Cordoned => "is cordoned for maintenance",
+            Self::Outdated => "runs an old template of its pool",
+        }
     }
 }
 
@@ -454,10 +481,39 @@ fn sync<'a>(input: &ClaimInput<'a>, pod: &'a PodView) -> ClaimStep<'a> {
     }
     match claim.phase {
         Some(ClaimPhase::Bound | ClaimPhase::Outdated) if claim.source_pod.is_some() => migrate(input, pod),
-        Some(ClaimPhase::Bound | ClaimPhase::Outdated) if pod.cordoned => ClaimStep::StartMigration(pod),
+        Some(ClaimPhase::Bound | ClaimPhase::Outdated) if pod.cordoned => {
+            ClaimStep::StartMigration(pod, MigrationCause::Cordoned)
+        }
+        Some(ClaimPhase::Bound) if template_of(input, pod) == Some(Template::Old) => ClaimStep::MarkOutdated,
+        Some(ClaimPhase::Outdated) if template_of(input, pod) == Some(Template::Current) => ClaimStep::MarkBound,
+        Some(ClaimPhase::Outdated)
+            if template_of(input, pod) == Some(Template::Old) && claim.claim_set.is_none() && input.may_roll =>
+        {
+            ClaimStep::StartMigration(pod, MigrationCause::Outdated)
+        }
         Some(ClaimPhase::Bound | ClaimPhase::Outdated) => ClaimStep::InSync,
         _ => ClaimStep::MarkBound,
     }
+}
+
+/// Which template of its pool a held pod runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Template {
+    Current,
+    Old,
+}
+
+/// The template `pod` runs: old when labelled outdated or when its revision
+/// label differs from its pool's; `None` when that cannot be told (no
+/// revision label, as on the Go operator's pods, or an unknown pool), so
+/// that nothing is rolled on a guess.
+fn template_of(input: &ClaimInput<'_>, pod: &PodView) -> Option<Template> {
+    if pod.outdated {
+        return Some(Template::Old);
+    }
+    let pool = input.pools.iter().find(|pool| pod.pool.as_ref() == Some(&pool.name))?;
+    let revision = pod.revision.as_ref()?;
+    Some(if *revision == pool.current_revision { Template::Current } else { Template::Old })
 }
 
 /// Rows 20m–25: the claim holds its recorded target, whose store serves.

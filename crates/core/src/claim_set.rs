@@ -23,6 +23,12 @@
 //!   (`pod-deletion-cost`), then newest pod, then name); it never deletes a
 //!   claim mid-migration, and never a Bound one while a Pending or Lost
 //!   one is kept.
+//! - **Rollout**: while any member is Outdated (its pod runs an old pool
+//!   template), the set keeps one **surge** member beyond `replicas`, in
+//!   slots below `replicas + 1`; once no member is Pending or Lost, the
+//!   surplus is deleted in scale-in order, Outdated first. So a set rolls
+//!   one member at a time and never has more than `replicas + 1` live
+//!   members, even with two operators (the names lock the slots).
 //! - A **deleting set** creates nothing; owner garbage collection deletes
 //!   its members.
 
@@ -103,37 +109,46 @@ pub fn plan_claim_set<'a>(set: &ClaimSetView, members: &'a [MemberView], expecte
     let awaited: BTreeSet<&str> =
         expected.creations.iter().map(String::as_str).filter(|name| !held.contains(name)).collect();
 
-    let replicas = u64::from(set.replicas);
+    // A rollout adds one surge member while any member is Outdated, and
+    // keeps it until it binds; only then is an Outdated one deleted.
+    let outdated = remaining.iter().any(|member| member.phase == Some(ClaimPhase::Outdated));
+    let surge = u32::from(outdated && !set.deleting);
+    let binding = remaining.iter().any(|member| rank(member) == 0) || !awaited.is_empty();
+    let wanted = u64::from(set.replicas) + u64::from(surge);
+    // A scale-in beyond the surge goes straight down to `replicas`.
+    let in_surge = remaining.len() as u64 <= wanted;
+    let kept = u64::from(set.replicas) + u64::from(surge == 1 && binding && in_surge);
     let live = remaining.len() as u64 + awaited.len() as u64;
     let mut create = Vec::new();
-    if live < replicas && !set.deleting {
-        let slots = open_slots(set, &remaining);
+    if live < wanted && !set.deleting {
+        let slots = open_slots(set, &remaining, set.replicas + surge);
         create = (0..slots)
             .map(|slot| NewMember { name: member_name(&set.name, slot), instance_id: slot })
             .filter(|new| !held.contains(new.name.as_str()) && !awaited.contains(new.name.as_str()))
-            .take(usize::try_from(replicas - live).unwrap_or(usize::MAX))
+            .take(usize::try_from(wanted - live).unwrap_or(usize::MAX))
             .collect();
-    } else if remaining.len() as u64 > replicas {
+    } else if remaining.len() as u64 > kept {
         // Creations still on their way are left out: they arrive Pending,
         // and are deleted then rather than a Bound member now.
-        let excess = usize::try_from(remaining.len() as u64 - replicas).unwrap_or(usize::MAX);
+        let excess = usize::try_from(remaining.len() as u64 - kept).unwrap_or(usize::MAX);
         delete.extend(scale_in_order(&remaining, expected).into_iter().take(excess));
     }
     ClaimSetPlan { delete, create }
 }
 
-/// How many slots new members may take: `replicas − extras`, where extras
-/// are the members outside those slots. Members in slots at or above that
+/// How many slots new members may take: `limit − extras` (`limit` is
+/// `replicas`, plus one during a rollout's surge), where extras are the
+/// members outside those slots. Members in slots at or above that
 /// bound (left by a scale-in and a scale-out since) are extras too, so the
 /// bound is the fixed point, reached from `replicas` downwards.
-fn open_slots(set: &ClaimSetView, remaining: &[&MemberView]) -> u32 {
-    let mut slots = set.replicas;
+fn open_slots(set: &ClaimSetView, remaining: &[&MemberView], limit: u32) -> u32 {
+    let mut slots = limit;
     loop {
         let extras = remaining
             .iter()
-            .filter(|member| slot_of(&set.name, &member.name, set.replicas).is_none_or(|slot| slot >= slots))
+            .filter(|member| slot_of(&set.name, &member.name, limit).is_none_or(|slot| slot >= slots))
             .count();
-        let bound = set.replicas.saturating_sub(u32::try_from(extras).unwrap_or(u32::MAX));
+        let bound = limit.saturating_sub(u32::try_from(extras).unwrap_or(u32::MAX));
         if bound >= slots {
             return slots;
         }

@@ -30,6 +30,8 @@ struct World {
     pools: Vec<PoolView>,
     /// Since when the held pod's store has served, as the controller noted.
     serving_since: Option<Timestamp>,
+    /// Whether the pool's rollout lets this claim start migrating.
+    may_roll: bool,
 }
 
 impl World {
@@ -42,6 +44,7 @@ impl World {
             store: Seen::Unobserved,
             pools: vec![pool()],
             serving_since: None,
+            may_roll: false,
         }
     }
 
@@ -89,6 +92,7 @@ impl World {
             source: self.claim.source_pod.as_ref().and_then(|name| self.pods.iter().find(|pod| pod.name == *name)),
             serving_since: self.serving_since,
             propagation_delay: PROPAGATION_DELAY,
+            may_roll: self.may_roll,
         })
     }
 
@@ -438,11 +442,35 @@ fn a_bound_claim_on_a_cordoned_pod_starts_a_migration_away_from_it() {
     for pod in world.owned.iter_mut().chain(world.pods.iter_mut()) {
         pod.cordoned = true;
     }
-    assert_eq!(world.step(), ClaimStep::StartMigration(world.pod("p")));
+    assert_eq!(world.step(), ClaimStep::StartMigration(world.pod("p"), MigrationCause::Cordoned));
     // Once migrating, the cordoned pod is the source and never a target.
     let migrating =
         World { claim: ClaimView { source_pod: Some("p".into()), pod_name: None, ..world.claim.clone() }, ..world };
     assert!(matches!(migrating.step(), ClaimStep::Acquire { candidates } if candidates.is_empty()));
+}
+
+#[test]
+fn a_template_change_marks_the_claim_outdated_and_rolls_a_standalone_one_when_the_pool_allows() {
+    let world = settled(ClaimPhase::Bound);
+    let serving = serving_store(&world.claim);
+    let mut old = world.store(Seen::Registered(serving));
+    for pod in old.owned.iter_mut().chain(old.pods.iter_mut()) {
+        pod.revision = Some("r0".into());
+    }
+    assert_eq!(old.step(), ClaimStep::MarkOutdated);
+    let outdated = World { claim: ClaimView { phase: Some(ClaimPhase::Outdated), ..old.claim.clone() }, ..old.clone() };
+    assert_eq!(outdated.step(), ClaimStep::InSync, "waits for the pool's rollout bound");
+    let rolling = World { may_roll: true, ..outdated.clone() };
+    assert_eq!(rolling.step(), ClaimStep::StartMigration(rolling.pod("p"), MigrationCause::Outdated));
+    let member =
+        World { claim: ClaimView { claim_set: Some("set".into()), ..rolling.claim.clone() }, ..rolling.clone() };
+    assert_eq!(member.step(), ClaimStep::InSync, "a claim set rolls its members by surge");
+    // On a current pod again (after its migration), it shows Bound.
+    let current = World {
+        claim: outdated.claim.clone(),
+        ..settled(ClaimPhase::Bound).store(Seen::Registered(serving_store(&outdated.claim)))
+    };
+    assert_eq!(current.step(), ClaimStep::MarkBound);
 }
 
 // Row 13.
@@ -550,8 +578,16 @@ fn a_serving_store_makes_the_claim_bound() {
 // Row 20.
 #[test]
 fn a_bound_claim_whose_store_serves_costs_nothing() {
+    let world = settled(ClaimPhase::Bound).store(Seen::Registered(serving_store(&claim())));
+    assert_eq!(world.step(), ClaimStep::InSync);
+    // A pod without a revision label (the Go operator's) is of no known
+    // template: the claim keeps whichever phase it shows, so a cutover
+    // writes nothing and rolls nothing.
     for phase in [ClaimPhase::Bound, ClaimPhase::Outdated] {
-        let world = settled(phase).store(Seen::Registered(serving_store(&claim())));
+        let mut world = World { may_roll: true, ..settled(phase).store(Seen::Registered(serving_store(&claim()))) };
+        for pod in world.owned.iter_mut().chain(world.pods.iter_mut()) {
+            pod.revision = None;
+        }
         assert_eq!(world.step(), ClaimStep::InSync, "{phase:?}");
     }
 }
@@ -602,8 +638,9 @@ fn any_world() -> impl Strategy<Value = World> {
         let bindings = proptest::collection::vec(proptest::bool::weighted(0.7), pods.len());
         let read = proptest::sample::select(vec![Read::Cached, Read::Live]);
         let serving_since = proptest::option::of(NOW - 30..NOW);
-        (Just(claim.clone()), Just(pods), Just(pools), mask, bindings, read, any_seen(&claim), serving_since).prop_map(
-            |(claim, mut pods, pools, mask, bindings, read, store, serving_since)| {
+        let timing = (serving_since, any::<bool>());
+        (Just(claim.clone()), Just(pods), Just(pools), mask, bindings, read, any_seen(&claim), timing).prop_map(
+            |(claim, mut pods, pools, mask, bindings, read, store, (serving_since, may_roll))| {
                 for (pod, with_binding) in pods.iter_mut().zip(bindings) {
                     if with_binding {
                         pod.binding = Some(Binding::of_claim(&claim).render());
@@ -613,7 +650,7 @@ fn any_world() -> impl Strategy<Value = World> {
                 // `owned` is an index lookup: usually the pods carrying the
                 // UID, sometimes stale.
                 let owned = pods.iter().zip(mask).filter(|(_, picked)| *picked).map(|(pod, _)| pod.clone()).collect();
-                World { claim, owned, pods, read, store, pools, serving_since: serving_since.map(at) }
+                World { claim, owned, pods, read, store, pools, serving_since: serving_since.map(at), may_roll }
             },
         )
     })
