@@ -63,6 +63,17 @@
 //! the new one is recorded, and its phase goes from Lost to Bound. A claim of
 //! a claim set stays Lost: the set replaces it.
 //!
+//! **Migration.** A claim with `spec.sourcePod` keeps its source while it
+//! takes a target by the same guarded acquire (a named target it cannot
+//! take is refused on a live read: `spec.podName` goes back to the source,
+//! nothing changes owner); once the target is recorded and its store has
+//! served the claim for the propagation delay, the source is released
+//! (guarded by its UID), its drain is reported in `status.migrate` when it
+//! changes, and `sourcePod` is cleared once the source is done with. The
+//! claim never takes its source back. cnpool itself starts a migration off a
+//! pod carrying `matrixorigin.io/store-cordon`, and off a pod of an old
+//! template for a standalone claim, one per pool at a time.
+//!
 //! Deleting a claim lists the pods carrying its UID with a live read,
 //! releases each (guarded by its UID) and only then drops the finalizer.
 //! Pods of other claims are never touched. A pod whose owner UID names no
