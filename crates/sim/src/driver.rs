@@ -94,6 +94,8 @@ impl Queue {
 
 /// One controller's reconcile and error policy, as `cnpool_controllers` defines them.
 struct Controller<K: Resource<DynamicType = ()> + 'static, Rec, Pol> {
+    /// The replica's instance name, which the ledger counts reconciles by.
+    replica: String,
     kind: &'static str,
     store: Store<K>,
     triggers: UnboundedReceiver<ObjectRef<K>>,
@@ -140,7 +142,7 @@ where
             let object_ref = ObjectRef::<K>::new(&name).within(&namespace);
             // Gone between its wake and its reconcile.
             let Some(object) = self.store.get(&object_ref) else { continue };
-            ledger.reconciled(self.kind, &namespace, &name);
+            ledger.reconciled(&self.replica, self.kind, &namespace, &name);
             // A crash stops a reconcile wherever it is.
             let result = tokio::select! {
                 biased;
@@ -174,9 +176,11 @@ pub async fn run_replica(
     ledger: Arc<Ledger>,
     shutdown: Shared<BoxFuture<'static, ()>>,
 ) {
+    let replica = config.instance.clone();
     let Wiring { ctx, informers, pods, claims, pools, triggers, .. } =
         cnpool_controllers::wire(client, registry, config, &cnpool_controllers::Telemetry::default(), shutdown.clone());
     let claim_controller = Controller {
+        replica: replica.clone(),
         kind: "CNClaim",
         store: claims,
         triggers: triggers.claims,
@@ -184,6 +188,7 @@ pub async fn run_replica(
         error_policy: cnpool_controllers::claim::error_policy::<MemoryRegistry>,
     };
     let pool_controller = Controller {
+        replica: replica.clone(),
         kind: "CNPool",
         store: pools,
         triggers: triggers.pools,
@@ -191,6 +196,7 @@ pub async fn run_replica(
         error_policy: cnpool_controllers::pool::error_policy::<MemoryRegistry>,
     };
     let store_controller = Controller {
+        replica: replica.clone(),
         kind: "Pod",
         store: pods,
         triggers: triggers.pods,
