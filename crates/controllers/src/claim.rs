@@ -43,7 +43,7 @@
 //! 5. otherwise candidates are tried best first (previous owner, oldest,
 //!    name); on a failed guard the next one is tried, a few per reconcile,
 //!    then the claim requeues with backoff;
-//! 6. the pod is recorded (`spec.podName` if empty, `nodeName`, `poolName`,
+//! 6. the pod is recorded (`spec.podName`, `nodeName`, `poolName`,
 //!    and the pod's UID, name and store in status);
 //! 7. the claim shows Bound only once its pod's store is observed Working
 //!    with the claim's CN labels (the CN-store controller writes it from the
@@ -326,7 +326,10 @@ async fn step<R: StoreRegistry>(ctx: &Context<R>, snap: &mut Snapshot, key: &Key
                 None => Next::Done(Action::requeue(ctx.config.requeue_min)),
             })
         }
-        ClaimStep::ConfirmFinalize | ClaimStep::ConfirmLost(_) | ClaimStep::ConfirmRefusal => {
+        ClaimStep::ConfirmFinalize
+        | ClaimStep::ConfirmLost(_)
+        | ClaimStep::ConfirmRefusal
+        | ClaimStep::ConfirmRecord => {
             if snap.read == Read::Live {
                 // Already live: a second confirmation would loop.
                 return Ok(Next::Done(Action::requeue(ctx.backoff(Kind::Claim, key))));
@@ -702,9 +705,10 @@ async fn record<R>(
     store: Option<&cnpool_core::model::StoreView>,
 ) -> Result<Next, Error> {
     let mut updated = snap.claim.clone();
-    if updated.spec.pod_name.is_empty() {
-        updated.spec.pod_name = pod.name.clone();
-    }
+    // The pointer names what the claim holds. It can name another pod only
+    // after a race (a reconcile on a stale claim adopted the other of two
+    // pods it had acquired): leaving it would show Bound to a released pod.
+    updated.spec.pod_name = pod.name.clone();
     updated.spec.node_name = pod.node.clone().unwrap_or_default();
     if updated.spec.pool_name.is_empty() {
         updated.spec.pool_name = pod.pool.clone().unwrap_or_default();

@@ -32,6 +32,7 @@
 //! | 11 | holds none; `spec.podName` names an eligible pod | `AcquirePreBound` |
 //! | 12 | holds none; `spec.podName` names a pod that is missing or not eligible | `ReportUnavailable` (not a loss) |
 //! | 13 | holds none; `spec.podName` empty | `Acquire`: eligible pods, best first |
+//! | 14c | holds one pod, which its status does not record, while it records another (not its migration source); cache | `ConfirmRecord`: the cache may lag the claim's own writes |
 //! | 14 | holds one pod, whose UID and name its status does not record, or `spec.podName` is empty | `Record` |
 //! | 15 | holds its recorded pod, which is deleting, failed, or whose store has been missing longer than the bound; cache | `ConfirmLost(reason)` |
 //! | 16 | the same, read live | `MarkLost(reason)`, releasing that pod (retiring it if failed) |
@@ -160,7 +161,8 @@ pub enum ClaimStep<'a> {
         /// Eligible pods, best first.
         candidates: Vec<&'a PodView>,
     },
-    /// Record the held pod: `spec.podName` (only if empty), `nodeName`,
+    /// Record the held pod: `spec.podName` (set to it even when it named
+    /// another pod, which the claim does not hold), `nodeName`,
     /// `poolName`, and in status its store, UID, name and bound time.
     Record(&'a PodView),
     /// Rewrite phase Bound, the binding annotation and the claim's
@@ -191,6 +193,10 @@ pub enum ClaimStep<'a> {
     /// The named migration target looks unavailable in the cache: read the
     /// claim and the target live and call again.
     ConfirmRefusal,
+    /// The cache shows the claim holding a pod other than the one its status
+    /// records: read the claim and its pods live and call again before
+    /// pointing it elsewhere.
+    ConfirmRecord,
     /// Start a migration away from the held pod to a pod cnpool chooses
     /// (`sourcePod` = it, `spec.podName` removed), for the reason given.
     StartMigration(&'a PodView, MigrationCause),
@@ -470,6 +476,13 @@ fn acquire_pre_bound<'a>(input: &ClaimInput<'a>, requested: &str) -> ClaimStep<'
 fn sync<'a>(input: &ClaimInput<'a>, pod: &'a PodView) -> ClaimStep<'a> {
     let claim = input.claim;
     if !is_recorded(claim, pod) {
+        // A pod cache that lags the claim's own writes still shows a pod the
+        // claim released before it took the one it records.
+        let records_another = claim.recorded_pod_uid.as_deref().is_some_and(|uid| uid != pod.uid)
+            && !claim.recorded_pod_name.as_deref().is_some_and(|name| claim.is_source(name));
+        if records_another && input.read == Read::Cached {
+            return ClaimStep::ConfirmRecord;
+        }
         return ClaimStep::Record(pod);
     }
     if let Some(reason) = trouble(input, pod) {

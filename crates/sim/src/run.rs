@@ -22,6 +22,7 @@ use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use serde_json::{Value, json};
 use tokio::sync::broadcast::error::RecvError;
 use tokio::time::Instant;
+use tracing_subscriber::Layer;
 use tracing_subscriber::layer::SubscriberExt;
 
 use crate::checker::{Bounds, Checker, Violation};
@@ -104,7 +105,15 @@ pub fn run(scenario: &Scenario, seed: u64, keep: Keep) -> Result<Outcome, RunErr
     // thread-local generator: seed it, so that the jitter repeats too.
     fastrand::seed(seed);
     let lines = Arc::new(AtomicU64::new(0));
-    let subscriber = tracing_subscriber::registry().with(LineCounter(lines.clone()));
+    // CNPOOL_SIM_LOG=<filter> (e.g. `cnpool_controllers=debug`) prints the
+    // run's logs to stderr, to follow one seed's decisions.
+    let logs = std::env::var("CNPOOL_SIM_LOG").ok().map(|filter| {
+        tracing_subscriber::fmt::layer()
+            .with_writer(std::io::stderr)
+            .without_time()
+            .with_filter(tracing_subscriber::EnvFilter::new(filter))
+    });
+    let subscriber = tracing_subscriber::registry().with(LineCounter(lines.clone())).with(logs);
     let _guard = tracing::subscriber::set_default(subscriber);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -495,6 +495,17 @@ fn a_pod_acquired_but_not_recorded_is_recorded() {
     assert_eq!(world.step(), ClaimStep::Record(world.pod("p")));
 }
 
+// Row 14c.
+#[test]
+fn a_claim_seen_holding_another_pod_than_it_records_reads_live_before_repointing() {
+    let recorded = bound_to(&claim(), idle_pod("recorded", 1));
+    let other = bound_to(&claim(), idle_pod("other", 2));
+    let world = World::new(recording(claim(), &recorded, ClaimPhase::Bound)).holding(other);
+    assert_eq!(world.step(), ClaimStep::ConfirmRecord);
+    let world = world.live();
+    assert_eq!(world.step(), ClaimStep::Record(world.pod("other")));
+}
+
 #[test]
 fn a_status_record_without_the_spec_pointer_is_completed() {
     let world = settled(ClaimPhase::Pending);
