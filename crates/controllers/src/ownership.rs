@@ -138,6 +138,12 @@ fn operations(pod: &Pod, transition: Transition<'_>, now: jiff::Timestamp) -> Op
         .into_iter()
         .map(|key| json!({"op": "test", "path": pointer("labels", key), "value": label(pod, key)}))
         .collect();
+    #[cfg(feature = "sabotage")]
+    if matches!(transition, Transition::Acquire(_))
+        && crate::sabotage::active(crate::sabotage::Variant::UnguardedAcquire)
+    {
+        ops.clear();
+    }
     let mut edit = Edit { pod, ops: &mut ops };
     match transition {
         Transition::Acquire(claim) | Transition::Rewrite(claim) => {
