@@ -142,6 +142,7 @@ fn operations(pod: &Pod, transition: Transition<'_>, now: jiff::Timestamp) -> Op
     if matches!(transition, Transition::Acquire(_))
         && crate::sabotage::active(crate::sabotage::Variant::UnguardedAcquire)
     {
+        // The guard goes: the write lands whatever the pod says now.
         ops.clear();
     }
     let mut edit = Edit { pod, ops: &mut ops };
