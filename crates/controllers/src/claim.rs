@@ -265,6 +265,8 @@ async fn step<R: StoreRegistry>(ctx: &Context<R>, snap: &mut Snapshot, key: &Key
     snap.refresh(ctx, &view).await?;
     let namespace = snap.namespace();
     let owned: Vec<PodView> = snap.owned.iter().map(|pod| read_pod(pod)).collect::<Result<_, _>>()?;
+    #[cfg(feature = "sabotage")]
+    let owned = crate::sabotage::hide_extra_pods(&view, owned);
     let pointed: Option<PodView> = snap.pointed.as_deref().map(read_pod).transpose()?;
     let source: Option<PodView> = snap.source.as_deref().map(read_pod).transpose()?;
     let pools = ctx.pool_views();
@@ -313,6 +315,14 @@ async fn step<R: StoreRegistry>(ctx: &Context<R>, snap: &mut Snapshot, key: &Key
         .collect();
     let claim_ref = snap.claim.object_ref(&());
     let step = next_claim_step(&input);
+    #[cfg(feature = "sabotage")]
+    let step = match step {
+        // Takes the cache for the live read that should confirm the loss.
+        ClaimStep::ConfirmLost(_) if crate::sabotage::active(crate::sabotage::Variant::LostWithoutLiveRead) => {
+            next_claim_step(&ClaimInput { read: Read::Live, ..input })
+        }
+        step => step,
+    };
     tracing::trace!(claim = %view.name, ?step, "claim step");
     match step {
         ClaimStep::AddFinalizer => {

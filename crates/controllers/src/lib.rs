@@ -9,7 +9,9 @@
 //!   (register, recycle, terminate), the `cn-draining` finalizer, the
 //!   orphan sweep and the stats annotations — the only writer of the
 //!   registry;
-//! - [`ownership`]: the one function that writes a pod's phase and owner.
+//! - [`ownership`]: the one function that writes a pod's phase and owner;
+//! - `sabotage` (feature `sabotage`, simulator tests only): broken variants
+//!   of the protocol, to show that the simulator catches them.
 //!
 //! [`run`] wires them on kube-rs's controller runtime: one watch per kind
 //! feeds the runtime's stores and this crate's indexes ([`cache`]), and a
@@ -23,6 +25,8 @@ mod error;
 pub mod metrics;
 pub mod ownership;
 pub mod pool;
+#[cfg(feature = "sabotage")]
+pub mod sabotage;
 pub mod store;
 mod wake;
 

@@ -138,6 +138,13 @@ fn operations(pod: &Pod, transition: Transition<'_>, now: jiff::Timestamp) -> Op
         .into_iter()
         .map(|key| json!({"op": "test", "path": pointer("labels", key), "value": label(pod, key)}))
         .collect();
+    #[cfg(feature = "sabotage")]
+    if matches!(transition, Transition::Acquire(_))
+        && crate::sabotage::active(crate::sabotage::Variant::UnguardedAcquire)
+    {
+        // The guard goes: the write lands whatever the pod says now.
+        ops.clear();
+    }
     let mut edit = Edit { pod, ops: &mut ops };
     match transition {
         Transition::Acquire(claim) | Transition::Rewrite(claim) => {

@@ -86,6 +86,8 @@ pub async fn reconcile<R: StoreRegistry + 'static>(pod: Arc<Pod>, ctx: Arc<Conte
     };
     let store_view = store.as_ref().map(StoreView::from);
     let plan = plan_store(&view, store_view.as_ref(), workload, ctx.now(), &pool)?;
+    #[cfg(feature = "sabotage")]
+    let plan = crate::sabotage::store_from_claim(&ctx, &key.0, &view, store_view.as_ref(), plan);
     if let Some(store) = store.as_ref() {
         write_store(&ctx, &view, store, &plan.writes).await?;
     }

@@ -385,11 +385,16 @@ fn finalize<'a>(input: &ClaimInput<'a>) -> ClaimStep<'a> {
 }
 
 fn adopt<'a>(claim: &ClaimView, held: &[&'a PodView]) -> ClaimStep<'a> {
-    let named = held.iter().copied().find(|pod| claim.pod_name.as_deref() == Some(pod.name.as_str()));
-    // `held` is sorted by name, so its first pod has the lowest name.
-    let keep = named.unwrap_or(held[0]);
+    let keep = pod_to_keep(claim, held);
     let release = held.iter().copied().filter(|pod| !std::ptr::eq(*pod, keep)).map(Release::of).collect();
     ClaimStep::Adopt { keep, release }
+}
+
+/// Of the several pods a claim holds (`held`, sorted by name, not empty),
+/// the one it keeps: the one `spec.podName` names, else the lowest name.
+pub fn pod_to_keep<'a>(claim: &ClaimView, held: &[&'a PodView]) -> &'a PodView {
+    let named = held.iter().copied().find(|pod| claim.pod_name.as_deref() == Some(pod.name.as_str()));
+    named.unwrap_or(held[0])
 }
 
 /// Rows 6–13: the claim holds no pod.

@@ -1,10 +1,10 @@
 //! The invariants of DESIGN §3, checked against the cluster as the API
 //! server committed it (every write, in order) and against HAKeeper.
 //!
-//! I1 and the pod cap of I6 are checked on every committed write; the
-//! bounded ones (I2, I3, I4, I7) each second of virtual time, a condition
-//! being a violation once it has lasted longer than its bound; I5 and the
-//! idle count of I6 once the run has settled.
+//! I1, the pod cap of I6 and a claim's going Lost (I2) are checked on every
+//! committed write; the bounded ones (I2, I3, I4, I7) each second of
+//! virtual time, a condition being a violation once it has lasted longer
+//! than its bound; I5 and the idle count of I6 once the run has settled.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -216,7 +216,12 @@ impl Checker {
                 self.claims.remove(&key);
             }
             "cnclaims" => {
-                self.claims.insert(key.clone(), claim_record(&event.object));
+                let record = claim_record(&event.object);
+                let was_lost = self.claims.get(&key).is_some_and(|claim| claim.phase == "Lost");
+                if record.phase == "Lost" && !was_lost {
+                    self.check_loss(&key, &record, &event.object, now);
+                }
+                self.claims.insert(key.clone(), record);
                 self.check_bound_once(&key, now);
             }
             _ => {}
@@ -248,6 +253,31 @@ impl Checker {
         if !others.is_empty() {
             let detail = format!("claims {} and {} are both Bound to pod {pod}", key.1, others.join(", "));
             self.violate(Invariant::I1, now, detail);
+        }
+    }
+
+    /// I2 on a claim going Lost because its pod is gone, replaced or no
+    /// longer its own: the server must show that. A loss the server
+    /// refutes (its recorded pod there, the same, still the claim's, neither
+    /// deleting nor failed) is a claim that does not tell the truth about its
+    /// pod. Losses judged on the CN (a failed container, a missing store)
+    /// are not checked here.
+    fn check_loss(&mut self, key: &Key, claim: &ClaimRecord, object: &Value, now: Duration) {
+        let conditions = object.pointer("/status/conditions").and_then(Value::as_array).into_iter().flatten();
+        let reason = conditions
+            .filter(|condition| condition.get("type").and_then(Value::as_str) == Some("Bound"))
+            .find_map(|condition| condition.get("reason").and_then(Value::as_str))
+            .unwrap_or_default();
+        if !matches!(reason, "PodDeleted" | "PodReplaced" | "OwnedByOther" | "PodReleased") {
+            return;
+        }
+        let Some(name) = claim.recorded_pod.as_deref() else { return };
+        let Some(pod) = self.pods.get(&(key.0.clone(), name.to_owned())) else { return };
+        let same = claim.recorded_pod_uid.as_deref().is_none_or(|uid| uid == pod.uid);
+        if same && pod.claim_uid.as_deref() == Some(claim.uid.as_str()) && !pod.deleting && !pod.failed {
+            let detail =
+                format!("claim {} marked Lost ({reason}) while its pod {name} is there and still its own", key.1);
+            self.violate(Invariant::I2, now, detail);
         }
     }
 
