@@ -185,5 +185,12 @@ fn write_trace(path: Option<&str>, outcome: &Outcome) -> anyhow::Result<()> {
         text.push_str(line);
         text.push('\n');
     }
+    // The verdict beside the evidence, so that a trace explains itself.
+    for violation in &outcome.violations {
+        text.push_str(&format!(
+            "# violation {:?} at {:.1}s: {}\n",
+            violation.invariant, violation.at_seconds, violation.detail
+        ));
+    }
     std::fs::write(path, text).with_context(|| format!("writing the trace to {path}"))
 }
