@@ -107,12 +107,8 @@ impl<K, Rec, Pol> Controller<K, Rec, Pol>
 where
     K: Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
 {
-    pub async fn run<C, E, Fut>(
-        mut self,
-        ctx: Arc<C>,
-        ledger: Arc<Ledger>,
-        shutdown: Shared<BoxFuture<'static, ()>>,
-    ) where
+    pub async fn run<C, E, Fut>(mut self, ctx: Arc<C>, ledger: Arc<Ledger>, shutdown: Shared<BoxFuture<'static, ()>>)
+    where
         Rec: Fn(Arc<K>, Arc<C>) -> Fut,
         Fut: Future<Output = Result<Action, E>>,
         Pol: Fn(Arc<K>, &E, Arc<C>) -> Action,

@@ -12,8 +12,8 @@
 pub mod checker;
 pub mod driver;
 pub mod gate;
-pub mod legacy;
 pub mod ledger;
+pub mod legacy;
 pub mod report;
 pub mod run;
 pub mod scenario;

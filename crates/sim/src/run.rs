@@ -26,11 +26,11 @@ use tokio::time::Instant;
 use tracing_subscriber::layer::SubscriberExt;
 
 use crate::checker::{Bounds, Checker, OwnerLabel, Violation};
-use crate::{driver, legacy};
 use crate::gate::{self, FaultSwitch};
 use crate::ledger::{Actor, ApiCounts, Fault, Ledger};
 use crate::report::Timeline;
 use crate::scenario::{Action, Scenario};
+use crate::{driver, legacy};
 
 /// Where virtual time starts: the evening the incident began.
 const EPOCH_SECONDS: i64 = 1_778_781_600; // 2026-05-14T18:00:00Z

@@ -5,6 +5,7 @@
 //! the liveness bound (I4); a store that vanishes under a bound CN leaves
 //! the Go claim Bound to a CN that cannot serve (I2). cnpool keeps both.
 //! (Both break I5 here, so it is not compared.)
+#![allow(clippy::unwrap_used)] // a test fails by panicking
 
 use cnpool_sim::checker::Invariant;
 use cnpool_sim::{Controllers, Keep, Scenario};

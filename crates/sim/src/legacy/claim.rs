@@ -184,7 +184,8 @@ async fn acquire(ctx: &Legacy, claim: &CNClaim) -> Result<Option<Pod>, LegacyErr
 
 /// No pod: nominate the first pool whose pod labels the selector matches.
 async fn nominate(ctx: &Legacy, claim: &CNClaim) -> Result<(), LegacyError> {
-    let fits = sorted(&ctx.pools).into_iter().find(|pool| selector_matches(&claim.spec.selector, &pool.spec.pod_labels));
+    let fits =
+        sorted(&ctx.pools).into_iter().find(|pool| selector_matches(&claim.spec.selector, &pool.spec.pod_labels));
     match fits {
         Some(pool) if pool.name_any() != claim.spec.pool_name => {
             patch_spec(ctx, claim, json!({"poolName": pool.name_any()})).await.map(drop)
@@ -269,11 +270,8 @@ async fn complete_migration(ctx: &Legacy, mut claim: CNClaim) -> Result<Action, 
 
 /// The source's drain counters, from the score annotation the pod reconcile wrote.
 fn source_stats(pod: &Pod) -> Workload {
-    let score: Value = pod
-        .annotations()
-        .get(labels::SCORE)
-        .and_then(|text| serde_json::from_str(text).ok())
-        .unwrap_or(Value::Null);
+    let score: Value =
+        pod.annotations().get(labels::SCORE).and_then(|text| serde_json::from_str(text).ok()).unwrap_or(Value::Null);
     let count = |key: &str| score.get(key).and_then(Value::as_i64).unwrap_or_default();
     Workload {
         connections: count("sessionCount") + count("pipelineCount"),

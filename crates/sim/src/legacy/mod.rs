@@ -270,13 +270,7 @@ fn inform<K>(
     shutdown: Shared<BoxFuture<'static, ()>>,
 ) -> (Store<K>, BoxFuture<'static, ()>)
 where
-    K: kube::Resource<DynamicType = ()>
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + Send
-        + Sync
-        + 'static,
+    K: kube::Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
 {
     let writer: Writer<K> = Writer::default();
     let store = writer.as_reader();

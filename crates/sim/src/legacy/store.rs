@@ -117,7 +117,8 @@ fn drain_settings(ctx: &Legacy, pod: &Pod) -> (Duration, Option<Duration>) {
 
 async fn drain(ctx: &Legacy, pod: &Pod, workload: Option<Workload>) -> Result<Action, LegacyError> {
     let (min_delay, timeout) = drain_settings(ctx, pod);
-    let reclaimed_at = pod.annotations().get(labels::RECLAIMED_AT).and_then(|text| text.parse::<jiff::Timestamp>().ok());
+    let reclaimed_at =
+        pod.annotations().get(labels::RECLAIMED_AT).and_then(|text| text.parse::<jiff::Timestamp>().ok());
     let drained_for = reclaimed_at.map(|at| ctx.since(at)).unwrap_or_default();
     let delete_on_reclaim = pod.annotations().contains_key(labels::DELETE_ON_RECLAIM);
     if delete_on_reclaim || timeout.is_some_and(|timeout| drained_for > timeout) {
@@ -162,7 +163,10 @@ async fn remove_store(ctx: &Legacy, pod: &Pod, uuid: &str) -> Result<Action, Leg
         .map_err(LegacyError::registry(format!("delete store of pod {}", pod.name_any())))?;
     let mut released = pod.clone();
     released.finalizers_mut().retain(|finalizer| finalizer != labels::CN_DRAINING_FINALIZER);
-    match ctx.pod_api(&pod.namespace().unwrap_or_default()).replace(&pod.name_any(), &PostParams::default(), &released).await
+    match ctx
+        .pod_api(&pod.namespace().unwrap_or_default())
+        .replace(&pod.name_any(), &PostParams::default(), &released)
+        .await
     {
         Ok(_) => {
             tracing::info!(pod = %pod.name_any(), "store removed, finalizer dropped");
