@@ -40,3 +40,15 @@ fn the_go_algorithm_breaks_liveness_and_truthfulness_where_cnpool_keeps_them() {
         }
     }
 }
+
+#[test]
+fn a_legacy_seed_replays_byte_for_byte() {
+    // The Go caches list in map order; the model reads them in name order
+    // so that a failing seed can be replayed.
+    let scenario = Scenario::from_yaml("vanishing-store", VANISHING_STORE).unwrap();
+    let keep = Keep { trace: true, report: false };
+    let first = cnpool_sim::run(&scenario, 3, Controllers::Legacy, keep).unwrap();
+    let again = cnpool_sim::run(&scenario, 3, Controllers::Legacy, keep).unwrap();
+    assert!(first.trace.len() > 50, "claims were bound and released: {} lines", first.trace.len());
+    assert_eq!(first.trace, again.trace);
+}
