@@ -384,6 +384,8 @@ async fn step<R: StoreRegistry>(ctx: &Context<R>, snap: &mut Snapshot, key: &Key
             match ownership::transition(&ctx.client, &raw, Transition::Acquire(&view), ctx.now()).await? {
                 Outcome::Applied(written) => {
                     ctx.note_acquired(&pod.uid);
+                    // Progress: a failure from here on retries from the shortest delay.
+                    ctx.settled(Kind::Claim, key);
                     snap.put_pod(*written);
                     Ok(Next::Again)
                 }
@@ -403,6 +405,7 @@ async fn step<R: StoreRegistry>(ctx: &Context<R>, snap: &mut Snapshot, key: &Key
                 match ownership::transition(&ctx.client, &raw, Transition::Acquire(&view), ctx.now()).await? {
                     Outcome::Applied(written) => {
                         ctx.note_acquired(&pod.uid);
+                        ctx.settled(Kind::Claim, key);
                         snap.put_pod(*written);
                         return Ok(Next::Again);
                     }
@@ -464,9 +467,16 @@ async fn step<R: StoreRegistry>(ctx: &Context<R>, snap: &mut Snapshot, key: &Key
                 None => Next::Done(Action::requeue(ctx.config.requeue_min)),
             })
         }
-        ClaimStep::WaitForStore => Ok(Next::Done(Action::requeue(ctx.backoff(Kind::Claim, key)))),
+        ClaimStep::WaitForStore(lost_in) => {
+            let wait = ctx.backoff(Kind::Claim, key);
+            // A missing store is looked at again when the bound runs out.
+            Ok(Next::Done(Action::requeue(lost_in.map_or(wait, |left| wait.min(left + ctx.config.requeue_min)))))
+        }
         ClaimStep::MarkBound => {
-            mark_bound(ctx, snap, &view, store_view.as_ref()).await?;
+            if !mark_bound(ctx, snap, &view, store_view.as_ref()).await? {
+                // The claim changed since it was read: decide again soon.
+                return Ok(Next::Done(Action::requeue(ctx.config.requeue_min)));
+            }
             ctx.settled(Kind::Claim, key);
             Ok(Next::Done(Action::requeue(ctx.config.resync)))
         }
@@ -748,7 +758,7 @@ async fn mark_bound<R>(
     snap: &mut Snapshot,
     view: &ClaimView,
     store: Option<&cnpool_core::model::StoreView>,
-) -> Result<(), Error> {
+) -> Result<bool, Error> {
     let mut updated = snap.claim.clone();
     let pod_name = updated.spec.pod_name.clone();
     let status = updated.status.get_or_insert_with(CNClaimStatus::default);
@@ -768,16 +778,15 @@ async fn mark_bound<R>(
     }
     let message = format!("bound to pod {pod_name}, whose CN store serves the claim's labels");
     set_condition(status, BOUND_CONDITION, "True", "Bound", &message, snap.claim.metadata.generation, now);
-    if let Some(written) = replace_status(ctx, &updated).await? {
-        tracing::info!(claim = %view.name, pod = %pod_name, from = ?from, to = "Bound", "claim bound");
-        if first_bind && let Some(created) = &snap.claim.metadata.creation_timestamp {
-            let waited = now.duration_since(created.0);
-            ctx.metrics.claim_bound_after(waited.as_secs_f64().max(0.0));
-        }
-        snap.claim = written;
-        ctx.event(&snap.claim.object_ref(&()), false, "Bound", "Bind", message).await;
+    let Some(written) = replace_status(ctx, &updated).await? else { return Ok(false) };
+    tracing::info!(claim = %view.name, pod = %pod_name, from = ?from, to = "Bound", "claim bound");
+    if first_bind && let Some(created) = &snap.claim.metadata.creation_timestamp {
+        let waited = now.duration_since(created.0);
+        ctx.metrics.claim_bound_after(waited.as_secs_f64().max(0.0));
     }
-    Ok(())
+    snap.claim = written;
+    ctx.event(&snap.claim.object_ref(&()), false, "Bound", "Bind", message).await;
+    Ok(true)
 }
 
 /// The workload as `status.migrate` reports it.

@@ -164,6 +164,7 @@ impl<R> Context<R> {
     pub fn new(client: kube::Client, registry: R, config: Config, metrics: Arc<crate::Metrics>) -> Self {
         let reporter = Reporter { controller: "cnpool".into(), instance: Some(config.instance.clone()) };
         Self {
+            wake: Wakers::new(config.wake_interval, config.pool_wake_interval),
             recorder: Recorder::new(client.clone(), reporter),
             client,
             registry,
@@ -172,7 +173,6 @@ impl<R> Context<R> {
             claims: Arc::default(),
             pools: Arc::default(),
             claim_sets: Arc::default(),
-            wake: Wakers::new(),
             metrics,
             stores: Mutex::default(),
             backoff: Mutex::default(),

@@ -117,8 +117,10 @@ pub struct Config {
     /// How long the `cn-draining` finalizer waits for HAKeeper to remove a
     /// deleted pod's store before letting the pod go anyway.
     pub store_removal_timeout: Duration,
-    /// How often a draining pod's drain counters are read.
+    /// How often a young drain's counters are read; an older drain is read
+    /// less often, at most every `drain_poll_max`.
     pub drain_poll: Duration,
+    pub drain_poll_max: Duration,
     /// How often a bound pod's stats annotations are refreshed.
     pub stats_interval: Duration,
     /// Drain timeout for pools that set none.
@@ -131,6 +133,11 @@ pub struct Config {
     /// How long a migration target's store must have served before the
     /// source is released (the proxy's routing catches up meanwhile).
     pub migration_propagation_delay: Duration,
+    /// Changes of other objects wake one object at most once per this
+    /// interval, a pool once per `pool_wake_interval` (requeues are not
+    /// held back).
+    pub wake_interval: Duration,
+    pub pool_wake_interval: Duration,
     /// This operator instance's name in Events.
     pub instance: String,
     /// Where the time of day is read.
@@ -149,11 +156,14 @@ impl Default for Config {
             store_missing_bound: Duration::from_secs(30),
             store_removal_timeout: Duration::from_secs(60),
             drain_poll: Duration::from_secs(2),
+            drain_poll_max: Duration::from_secs(20),
             stats_interval: Duration::from_secs(30),
             drain_timeout: cnpool_core::convert::DEFAULT_DRAIN_TIMEOUT,
             drain_min_delay: cnpool_core::convert::DEFAULT_MIN_DELAY,
             acquire_attempts: 3,
             migration_propagation_delay: Duration::from_secs(15),
+            wake_interval: Duration::from_secs(1),
+            pool_wake_interval: Duration::from_secs(3),
             instance: "cnpool".into(),
             clock: Clock::default(),
         }

@@ -177,7 +177,10 @@ pub async fn reconcile<R: StoreRegistry + 'static>(pool: Arc<CNPool>, ctx: Arc<C
 
     write_status(&ctx, &pool, &pods, pending, &revision).await?;
     if busy || !expected.creations.is_empty() || !expected.deletions.is_empty() {
-        return Ok(Action::requeue(ctx.backoff(Kind::Pool, &key)));
+        // What the plan asked for shows up as pod events, and they wake the
+        // pool; polling for them would only add reconciles. The requeue is a
+        // safety net.
+        return Ok(Action::requeue(ctx.config.requeue_max));
     }
     ctx.settled(Kind::Pool, &key);
     Ok(Action::requeue(ctx.config.resync))

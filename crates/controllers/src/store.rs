@@ -21,7 +21,7 @@ use std::sync::Arc;
 use cnpool_api::{CNClaim, PodPhase, labels};
 use cnpool_core::claim::AfterRelease;
 use cnpool_core::model::{PodView, PoolView, StoreView};
-use cnpool_core::store::{PodTransition, StoreWrite, plan_store};
+use cnpool_core::store::{PodTransition, StoreWrite, drain_recheck, plan_store};
 use cnpool_registry::{CnStore, StoreLabels, StoreRegistry, Workload};
 use futures::future::{BoxFuture, Shared};
 use k8s_openapi::api::core::v1::{Pod, PodCondition};
@@ -108,7 +108,9 @@ pub async fn reconcile<R: StoreRegistry + 'static>(pod: Arc<Pod>, ctx: Arc<Conte
     }
     ctx.settled(Kind::Pod, &key);
     Ok(Action::requeue(match view.phase {
-        Some(PodPhase::Draining) => ctx.config.drain_poll,
+        Some(PodPhase::Draining) => {
+            drain_recheck(&view, ctx.now(), &pool, ctx.config.drain_poll, ctx.config.drain_poll_max)
+        }
         Some(PodPhase::Unknown) => ctx.config.registry_poll,
         Some(PodPhase::Bound) => ctx.config.stats_interval,
         _ => ctx.config.resync,

@@ -4,8 +4,9 @@
 //! controllers and a controller's own status write costs no extra
 //! reconcile of its neighbours.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use cnpool_api::{CNClaim, CNClaimSet, CNPool, labels};
 use futures::channel::mpsc::{UnboundedReceiver, UnboundedSender, unbounded};
@@ -26,21 +27,29 @@ pub struct Triggers {
 
 /// Senders that queue reconciles.
 pub struct Wakers {
-    claims: UnboundedSender<ObjectRef<CNClaim>>,
-    pools: UnboundedSender<ObjectRef<CNPool>>,
-    claim_sets: UnboundedSender<ObjectRef<CNClaimSet>>,
-    pods: UnboundedSender<ObjectRef<Pod>>,
+    claims: Throttled<CNClaim>,
+    pools: Throttled<CNPool>,
+    claim_sets: Throttled<CNClaimSet>,
+    pods: Throttled<Pod>,
     receivers: Mutex<Option<Triggers>>,
 }
 
 impl Wakers {
-    pub fn new() -> Self {
+    /// Wakers that wake one object at most once per `interval` (a pool
+    /// once per `pool_interval`).
+    pub fn new(interval: Duration, pool_interval: Duration) -> Self {
         let (claims, claim_rx) = unbounded();
         let (pools, pool_rx) = unbounded();
         let (claim_sets, claim_set_rx) = unbounded();
         let (pods, pod_rx) = unbounded();
         let receivers = Triggers { claims: claim_rx, pools: pool_rx, claim_sets: claim_set_rx, pods: pod_rx };
-        Self { claims, pools, claim_sets, pods, receivers: Mutex::new(Some(receivers)) }
+        Self {
+            claims: Throttled::new(claims, interval),
+            pools: Throttled::new(pools, pool_interval),
+            claim_sets: Throttled::new(claim_sets, interval),
+            pods: Throttled::new(pods, interval),
+            receivers: Mutex::new(Some(receivers)),
+        }
     }
 
     /// The receivers; `run` takes them once per context.
@@ -56,21 +65,93 @@ impl Wakers {
         })
     }
 
-    // A send fails only once the controllers stopped: nothing to wake then.
     pub fn claim(&self, namespace: &str, name: &str) {
-        let _ = self.claims.unbounded_send(ObjectRef::new(name).within(namespace));
+        self.claims.wake(namespace, name);
     }
 
     pub fn pool(&self, namespace: &str, name: &str) {
-        let _ = self.pools.unbounded_send(ObjectRef::new(name).within(namespace));
+        self.pools.wake(namespace, name);
     }
 
     pub fn claim_set(&self, namespace: &str, name: &str) {
-        let _ = self.claim_sets.unbounded_send(ObjectRef::new(name).within(namespace));
+        self.claim_sets.wake(namespace, name);
     }
 
     pub fn pod(&self, namespace: &str, name: &str) {
-        let _ = self.pods.unbounded_send(ObjectRef::new(name).within(namespace));
+        self.pods.wake(namespace, name);
+    }
+}
+
+/// Wakes of one kind, each object at most once per interval: a wake that
+/// comes sooner after the last is held back until the interval is over, and
+/// further wakes meanwhile join it. A burst of changes (every pod of a
+/// scale-out passes several phases; two operator replicas answer each
+/// other's writes) then costs an object one reconcile per interval instead
+/// of one per change, and that reconcile sees all of them. Nothing is
+/// dropped, only delayed; a controller's own requeues are not held back.
+struct Throttled<K: kube::Resource<DynamicType = ()>> {
+    sender: UnboundedSender<ObjectRef<K>>,
+    interval: Duration,
+    wakes: Arc<Mutex<WakeTimes>>,
+}
+
+#[derive(Default)]
+struct WakeTimes {
+    by_object: BTreeMap<(String, String), LastWake>,
+    since_pruned: usize,
+}
+
+/// When an object was last woken, and whether a wake is held back for later.
+#[derive(Clone, Copy)]
+struct LastWake {
+    at: tokio::time::Instant,
+    held: bool,
+}
+
+/// Wakes between two sweeps of the objects not woken within the interval.
+const PRUNE_EVERY: usize = 4096;
+
+impl<K: kube::Resource<DynamicType = ()> + 'static> Throttled<K> {
+    fn new(sender: UnboundedSender<ObjectRef<K>>, interval: Duration) -> Self {
+        Self { sender, interval, wakes: Arc::default() }
+    }
+
+    fn wake(&self, namespace: &str, name: &str) {
+        let object = ObjectRef::new(name).within(namespace);
+        let now = tokio::time::Instant::now();
+        let key = (namespace.to_owned(), name.to_owned());
+        let mut wakes = self.wakes.lock().unwrap_or_else(PoisonError::into_inner);
+        wakes.since_pruned += 1;
+        if wakes.since_pruned >= PRUNE_EVERY {
+            let interval = self.interval;
+            wakes.by_object.retain(|_, last| last.held || now < last.at + interval);
+            wakes.since_pruned = 0;
+        }
+        let due = match wakes.by_object.get(&key) {
+            Some(last) if last.held => return,
+            Some(last) if now < last.at + self.interval => last.at + self.interval,
+            _ => {
+                wakes.by_object.insert(key, LastWake { at: now, held: false });
+                // A send fails only once the controllers stopped: nothing to wake then.
+                let _ = self.sender.unbounded_send(object);
+                return;
+            }
+        };
+        // Outside a runtime (plain unit tests) nothing can wait: wake now.
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            let _ = self.sender.unbounded_send(object);
+            return;
+        };
+        wakes.by_object.insert(key.clone(), LastWake { at: due, held: true });
+        let (wakes, sender) = (self.wakes.clone(), self.sender.clone());
+        runtime.spawn(async move {
+            tokio::time::sleep_until(due).await;
+            let mut wakes = wakes.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Some(last) = wakes.by_object.get_mut(&key) {
+                last.held = false;
+            }
+            let _ = sender.unbounded_send(object);
+        });
     }
 }
 

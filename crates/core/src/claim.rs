@@ -181,8 +181,10 @@ pub enum ClaimStep<'a> {
     Rebind,
     /// Bound and recorded, but the store does not serve with the claim's
     /// labels yet: do not show Bound; requeue. A claim already shown Bound
-    /// keeps its phase (the CN-store controller rewrites a drift).
-    WaitForStore,
+    /// keeps its phase (the CN-store controller rewrites a drift). When the
+    /// store is missing, how long until it has been missing for the bound
+    /// (look again then at the latest).
+    WaitForStore(Option<Duration>),
     /// The store serves with the claim's labels: set phase Bound (and the
     /// bound time if unset).
     MarkBound,
@@ -477,7 +479,7 @@ fn sync<'a>(input: &ClaimInput<'a>, pod: &'a PodView) -> ClaimStep<'a> {
         return ClaimStep::RewriteBinding(pod);
     }
     if !store_serves(claim, input.store) {
-        return ClaimStep::WaitForStore;
+        return ClaimStep::WaitForStore(missing_store_left(input, pod));
     }
     match claim.phase {
         Some(ClaimPhase::Bound | ClaimPhase::Outdated) if claim.source_pod.is_some() => migrate(input, pod),
@@ -570,6 +572,13 @@ fn trouble(input: &ClaimInput<'_>, pod: &PodView) -> Option<LossReason> {
         }
         _ => None,
     }
+}
+
+/// How long a missing store may stay missing before the claim is lost.
+fn missing_store_left(input: &ClaimInput<'_>, pod: &PodView) -> Option<Duration> {
+    let ObservedStore::Missing { since } = input.store else { return None };
+    let missing_for = input.now.duration_since(since.max(pod.created)).unsigned_abs();
+    Some(input.store_missing_bound.saturating_sub(missing_for))
 }
 
 fn lose<'a>(input: &ClaimInput<'a>, reason: LossReason, release: Vec<Release<'a>>) -> ClaimStep<'a> {

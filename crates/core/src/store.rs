@@ -30,6 +30,8 @@
 //! as it is drained and never times out. Retiring Idle pods belongs to the
 //! pool plan ([`crate::pool`]).
 
+use std::time::Duration;
+
 use cnpool_api::PodPhase;
 use cnpool_registry::{StoreLabels, WorkState, Workload};
 use jiff::Timestamp;
@@ -198,6 +200,19 @@ fn recycle(pod: &PodView, workload: Option<Workload>, now: Timestamp, pool: &Poo
     } else {
         Some(PodTransition::Recycle)
     }
+}
+
+/// How long to wait before looking at a draining pod again: `poll` while
+/// the drain is young, then half its age — a drain that lasts is looked at
+/// ever less often, so that a slow drain costs a few reconciles a minute
+/// rather than one per `poll` — at most `max`, and no later than the moment
+/// its rest ends or its drain times out, when that comes sooner.
+pub fn drain_recheck(pod: &PodView, now: Timestamp, pool: &PoolView, poll: Duration, max: Duration) -> Duration {
+    let Some(released) = pod.reclaimed_at else { return poll };
+    let age = now.duration_since(released).unsigned_abs();
+    let deadlines = [pool.min_delay, pool.drain_timeout].into_iter().filter_map(|after| after.checked_sub(age));
+    let until_deadline = deadlines.filter(|left| !left.is_zero()).min().unwrap_or(Duration::MAX);
+    (age / 2).min(until_deadline).min(max).max(poll)
 }
 
 #[cfg(test)]

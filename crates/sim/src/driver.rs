@@ -96,6 +96,8 @@ impl Queue {
 
 /// One controller's reconcile and error policy over context `C`.
 pub(crate) struct Controller<K: Resource<DynamicType = ()> + 'static, Rec, Pol> {
+    /// The replica's instance name, which the ledger counts reconciles by.
+    pub replica: String,
     pub kind: &'static str,
     pub store: Store<K>,
     pub triggers: UnboundedReceiver<ObjectRef<K>>,
@@ -139,7 +141,7 @@ where
             let object_ref = ObjectRef::<K>::new(&name).within(&namespace);
             // Gone between its wake and its reconcile.
             let Some(object) = self.store.get(&object_ref) else { continue };
-            ledger.reconciled(self.kind, &namespace, &name);
+            ledger.reconciled(&self.replica, self.kind, &namespace, &name);
             // A crash stops a reconcile wherever it is.
             let result = tokio::select! {
                 biased;
@@ -173,9 +175,11 @@ pub async fn run_replica(
     ledger: Arc<Ledger>,
     shutdown: Shared<BoxFuture<'static, ()>>,
 ) {
+    let replica = config.instance.clone();
     let Wiring { ctx, informers, pods, claims, pools, triggers, .. } =
         cnpool_controllers::wire(client, registry, config, &cnpool_controllers::Telemetry::default(), shutdown.clone());
     let claim_controller = Controller {
+        replica: replica.clone(),
         kind: "CNClaim",
         store: claims,
         triggers: triggers.claims,
@@ -183,6 +187,7 @@ pub async fn run_replica(
         error_policy: cnpool_controllers::claim::error_policy::<MemoryRegistry>,
     };
     let pool_controller = Controller {
+        replica: replica.clone(),
         kind: "CNPool",
         store: pools,
         triggers: triggers.pools,
@@ -190,6 +195,7 @@ pub async fn run_replica(
         error_policy: cnpool_controllers::pool::error_policy::<MemoryRegistry>,
     };
     let store_controller = Controller {
+        replica: replica.clone(),
         kind: "Pod",
         store: pods,
         triggers: triggers.pods,

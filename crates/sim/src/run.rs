@@ -217,8 +217,9 @@ impl Sim {
                 )
                 .boxed(),
                 Controllers::Legacy => {
-                    let clock = self.operator_config(slot).clock;
-                    legacy::run_replica(client, self.registry.clone(), NAMESPACE, clock, self.ledger.clone(), shutdown)
+                    let config = self.operator_config(slot);
+                    let (registry, ledger) = (self.registry.clone(), self.ledger.clone());
+                    legacy::run_replica(client, registry, config.instance, NAMESPACE, config.clock, ledger, shutdown)
                         .boxed()
                 }
             };

@@ -161,11 +161,14 @@ pub fn operator_config(ns: &str, instance: usize) -> Config {
         store_missing_bound: Duration::from_secs(1),
         store_removal_timeout: Duration::from_secs(5),
         drain_poll: Duration::from_millis(100),
+        drain_poll_max: Duration::from_secs(1),
         stats_interval: Duration::from_secs(1),
         drain_timeout: Duration::from_secs(60),
         drain_min_delay: Duration::from_millis(300),
         acquire_attempts: 3,
         migration_propagation_delay: Duration::from_millis(500),
+        wake_interval: Duration::from_millis(50),
+        pool_wake_interval: Duration::from_millis(200),
         instance: format!("cnpool-{instance}"),
         ..Config::default()
     }

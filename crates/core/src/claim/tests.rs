@@ -388,7 +388,7 @@ fn the_source_is_kept_until_the_target_has_served_for_the_propagation_delay() {
         store: Seen::Registered(StoreView { work_state: WorkState::Draining, ..serving_store(&world.claim) }),
         ..served
     };
-    assert_eq!(unserved.step(), ClaimStep::WaitForStore, "a target whose store stopped serving keeps the source");
+    assert_eq!(unserved.step(), ClaimStep::WaitForStore(None), "a target whose store stopped serving keeps the source");
 }
 
 #[test]
@@ -529,14 +529,15 @@ fn a_store_missing_longer_than_the_bound_loses_the_pod() {
 #[test]
 fn a_store_missing_within_the_bound_is_waited_for() {
     let world = settled(ClaimPhase::Bound).store(Seen::Missing(at(NOW - 59)));
-    assert_eq!(world.step(), ClaimStep::WaitForStore);
+    // One second of the 60 s bound is left: the claim looks again then.
+    assert_eq!(world.step(), ClaimStep::WaitForStore(Some(Duration::from_secs(1))));
 }
 
 #[test]
 fn a_store_missing_since_before_its_pod_existed_counts_from_the_pod() {
     let mut world = settled(ClaimPhase::Bound).store(Seen::Missing(at(0)));
     world.owned[0].created = at(NOW - 30);
-    assert_eq!(world.step(), ClaimStep::WaitForStore);
+    assert_eq!(world.step(), ClaimStep::WaitForStore(Some(Duration::from_secs(30))));
 }
 
 // Row 17.
@@ -563,7 +564,7 @@ fn bound_is_shown_only_once_the_store_serves_with_the_claims_labels() {
     let wrong_labels = StoreView { labels: store_labels(&[("account", &["other"])]), ..serving_store(&claim()) };
     let draining = StoreView { work_state: WorkState::Draining, ..serving_store(&claim()) };
     for store in [Seen::Registered(wrong_labels), Seen::Registered(draining), Seen::Unobserved] {
-        assert_eq!(settled(ClaimPhase::Pending).store(store).step(), ClaimStep::WaitForStore);
+        assert_eq!(settled(ClaimPhase::Pending).store(store).step(), ClaimStep::WaitForStore(None));
     }
 }
 

@@ -187,7 +187,52 @@ fn any_store_pod() -> impl Strategy<Value = PodView> {
     (phase, binding).prop_map(|(phase, binding)| PodView { phase, binding, ..idle_pod("pool-0", 100) })
 }
 
+const POLL: Duration = Duration::from_secs(2);
+const POLL_MAX: Duration = Duration::from_secs(20);
+
+#[test]
+fn a_long_drain_is_looked_at_a_few_times_a_minute() {
+    // Follow the rechecks of a drain that never ends, from its release on.
+    let slow = PoolView { min_delay: Duration::from_secs(10), drain_timeout: Duration::from_secs(300), ..pool() };
+    let pod = draining_since(NOW);
+    let mut elapsed = Duration::ZERO;
+    let mut looks_by_minute = [0_u32; 5];
+    while elapsed < Duration::from_secs(300) {
+        looks_by_minute[(elapsed.as_secs() / 60) as usize] += 1;
+        elapsed += drain_recheck(&pod, at(NOW) + elapsed, &slow, POLL, POLL_MAX);
+    }
+    assert!(looks_by_minute[0] <= 10, "first minute: {looks_by_minute:?}");
+    assert!(looks_by_minute[1..].iter().all(|looks| *looks <= 3), "later minutes: {looks_by_minute:?}");
+    // The rest's end (10 s) and the timeout (300 s) are looked at on time.
+    let rechecks = |from: u64| drain_recheck(&pod, at(NOW) + Duration::from_secs(from), &slow, POLL, POLL_MAX);
+    assert_eq!(rechecks(7), Duration::from_secs(3));
+    assert_eq!(rechecks(290), Duration::from_secs(10));
+}
+
+#[test]
+fn a_drain_without_a_release_time_is_polled() {
+    let pod = pod_in(PodPhase::Draining);
+    assert_eq!(drain_recheck(&pod, at(NOW), &pool(), POLL, POLL_MAX), POLL);
+}
+
 proptest! {
+    #[test]
+    fn a_drain_recheck_is_between_the_poll_and_its_cap_and_never_overshoots_a_deadline(
+        age in 0_u64..4000, min_delay in 0_u64..600, timeout in 0_u64..4000
+    ) {
+        let slow = PoolView {
+            min_delay: Duration::from_secs(min_delay),
+            drain_timeout: Duration::from_secs(timeout),
+            ..pool()
+        };
+        let now = at(NOW) + Duration::from_secs(age);
+        let wait = drain_recheck(&draining_since(NOW), now, &slow, POLL, POLL_MAX);
+        prop_assert!(wait >= POLL && wait <= POLL_MAX);
+        for deadline in [min_delay, timeout].into_iter().filter(|deadline| *deadline > age) {
+            prop_assert!(wait <= POLL.max(Duration::from_secs(deadline - age)));
+        }
+    }
+
     #[test]
     fn a_pod_that_is_not_bound_never_wants_labels(pod in any_store_pod()) {
         prop_assume!(pod.phase != Some(PodPhase::Bound));

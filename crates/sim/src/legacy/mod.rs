@@ -285,6 +285,7 @@ where
 pub async fn run_replica(
     client: kube::Client,
     registry: MemoryRegistry,
+    instance: String,
     namespace: &str,
     clock: Clock,
     ledger: Arc<Ledger>,
@@ -338,6 +339,7 @@ pub async fn run_replica(
         }
     };
     let claim_controller = Controller {
+        replica: instance.clone(),
         kind: "CNClaim",
         store: claims,
         triggers: claim_triggers,
@@ -345,6 +347,7 @@ pub async fn run_replica(
         error_policy: claim::error_policy,
     };
     let store_controller = Controller {
+        replica: instance.clone(),
         kind: "Pod",
         store: pods,
         triggers: pod_triggers,
@@ -352,6 +355,7 @@ pub async fn run_replica(
         error_policy: store::error_policy,
     };
     let pool_controller = Controller {
+        replica: instance,
         kind: "CNPool",
         store: pools,
         triggers: pool_triggers,
