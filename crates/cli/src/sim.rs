@@ -8,7 +8,7 @@ use std::time::Instant;
 use anyhow::Context;
 use cnpool_sim::report::Page;
 use cnpool_sim::summary::Summary;
-use cnpool_sim::{Keep, Outcome, Scenario};
+use cnpool_sim::{Controllers, Keep, Outcome, Scenario};
 
 #[derive(clap::Args)]
 pub struct SimArgs {
@@ -34,6 +34,25 @@ pub struct SimArgs {
     /// Seeds run at once (threads); defaults to the cores available, at most 2.
     #[arg(long)]
     jobs: Option<usize>,
+    /// Whose controllers run: cnpool's, or the model of the Go operator's
+    /// algorithm (`legacy`), on the same scenario and seeds.
+    #[arg(long, value_enum, default_value_t = ControllerArg::Cnpool)]
+    controller: ControllerArg,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum ControllerArg {
+    Cnpool,
+    Legacy,
+}
+
+impl From<ControllerArg> for Controllers {
+    fn from(arg: ControllerArg) -> Self {
+        match arg {
+            ControllerArg::Cnpool => Controllers::Cnpool,
+            ControllerArg::Legacy => Controllers::Legacy,
+        }
+    }
 }
 
 enum Source {
@@ -68,13 +87,20 @@ pub fn run(args: SimArgs) -> anyhow::Result<bool> {
         .jobs
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get().min(2)))
         .clamp(1, args.seeds.max(1) as usize);
-    let summary = Arc::new(Mutex::new(Summary::new(&name)));
+    let controllers = Controllers::from(args.controller);
+    let summary = Arc::new(Mutex::new(Summary::new(&name, controllers)));
     let next = AtomicU64::new(0);
     let done = AtomicU64::new(0);
     let failure: Mutex<Option<anyhow::Error>> = Mutex::new(None);
     let progress = std::io::stderr().is_terminal() && args.seeds > 1;
     let started = Instant::now();
-    let replay = |seed: u64| format!("cnpool sim --scenario {} --seed {seed} --trace trace-{seed}.txt", args.scenario);
+    let controller_flag = match controllers {
+        Controllers::Cnpool => String::new(),
+        other => format!(" --controller {}", other.name()),
+    };
+    let replay = |seed: u64| {
+        format!("cnpool sim --scenario {}{controller_flag} --seed {seed} --trace trace-{seed}.txt", args.scenario)
+    };
     std::thread::scope(|scope| {
         for _ in 0..jobs {
             scope.spawn(|| {
@@ -84,7 +110,7 @@ pub fn run(args: SimArgs) -> anyhow::Result<bool> {
                         return;
                     }
                     let seed = args.seed + index;
-                    let outcome = match cnpool_sim::run(&source.scenario(seed), seed, keep) {
+                    let outcome = match cnpool_sim::run(&source.scenario(seed), seed, controllers, keep) {
                         Ok(outcome) => outcome,
                         Err(error) => {
                             let error = anyhow::Error::new(error).context(format!("seed {seed}"));
@@ -158,6 +184,13 @@ fn write_trace(path: Option<&str>, outcome: &Outcome) -> anyhow::Result<()> {
     for line in &outcome.trace {
         text.push_str(line);
         text.push('\n');
+    }
+    // The verdict beside the evidence, so that a trace explains itself.
+    for violation in &outcome.violations {
+        text.push_str(&format!(
+            "# violation {:?} at {:.1}s: {}\n",
+            violation.invariant, violation.at_seconds, violation.detail
+        ));
     }
     std::fs::write(path, text).with_context(|| format!("writing the trace to {path}"))
 }

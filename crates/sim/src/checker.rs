@@ -53,6 +53,36 @@ pub struct Violation {
     pub detail: String,
 }
 
+/// Which pod label says who owns a pod: the lock of the controller under test.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum OwnerLabel {
+    /// cnpool's lock: `claim-uid` carries the owning claim's UID.
+    #[default]
+    ClaimUid,
+    /// The Go operator's (the legacy model's): `claimed-by` carries the
+    /// owning claim's name; it never writes `claim-uid`.
+    ClaimedBy,
+}
+
+impl OwnerLabel {
+    /// The owner a pod's labels name.
+    fn owner(self, object: &Value) -> Option<String> {
+        let key = match self {
+            OwnerLabel::ClaimUid => labels::CLAIM_UID,
+            OwnerLabel::ClaimedBy => labels::CLAIMED_BY,
+        };
+        label(object, key).filter(|owner| !owner.is_empty())
+    }
+
+    /// How the owner label names the claim `name`.
+    fn names<'a>(self, name: &'a str, claim: &'a ClaimRecord) -> &'a str {
+        match self {
+            OwnerLabel::ClaimUid => &claim.uid,
+            OwnerLabel::ClaimedBy => name,
+        }
+    }
+}
+
 /// The bounds of DESIGN §3 and the run's parameters they depend on.
 #[derive(Clone, Debug)]
 pub struct Bounds {
@@ -62,6 +92,8 @@ pub struct Bounds {
     pub start_delay: Duration,
     /// The operator's store-missing bound (I2 allows 30 s beyond it).
     pub store_missing_bound: Duration,
+    /// The label that names a pod's owner.
+    pub owner_label: OwnerLabel,
 }
 
 const BOUND_30S: Duration = Duration::from_secs(30);
@@ -73,6 +105,8 @@ struct PodRecord {
     phase: String,
     claim_uid: Option<String>,
     claimed_by: Option<String>,
+    /// The owner as [`Bounds::owner_label`] reads it.
+    owner: Option<String>,
     deleting: bool,
     failed: bool,
     store_uuid: Option<String>,
@@ -118,13 +152,14 @@ fn key_of(object: &Value) -> Key {
     (namespace, str_at(object, "/metadata/name").unwrap_or_default().to_owned())
 }
 
-fn pod_record(object: &Value) -> PodRecord {
+fn pod_record(object: &Value, owner_label: OwnerLabel) -> PodRecord {
     let (namespace, name) = key_of(object);
     PodRecord {
         uid: str_at(object, "/metadata/uid").unwrap_or_default().to_owned(),
         phase: label(object, labels::PHASE).unwrap_or_default(),
         claim_uid: label(object, labels::CLAIM_UID).filter(|uid| !uid.is_empty()),
         claimed_by: label(object, labels::CLAIMED_BY).filter(|name| !name.is_empty()),
+        owner: owner_label.owner(object),
         deleting: object.pointer("/metadata/deletionTimestamp").is_some_and(|t| !t.is_null()),
         failed: str_at(object, "/status/phase") == Some("Failed"),
         store_uuid: str_at(object, "/spec/subdomain")
@@ -203,7 +238,7 @@ impl Checker {
                 }
             }
             "pods" => {
-                let record = pod_record(&event.object);
+                let record = pod_record(&event.object, self.bounds.owner_label);
                 self.pods.insert(key.clone(), record);
                 self.check_owners(&key, now);
                 let pods = self.pods.len();
@@ -308,6 +343,7 @@ impl Checker {
         let unusable = pods.iter().filter(|(_, pod)| pod.deleting || pod.failed).count();
         let live_claims = claims.iter().filter(|(_, claim)| !claim.deleting).count();
         let spare = live_claims + unusable < self.bounds.max_pods as usize;
+        let owner_label = self.bounds.owner_label;
         for (key, claim) in &claims {
             let subject = format!("claim {}", key.1);
             // I2: a Bound claim's pod exists, is the recorded one and is owned by it.
@@ -318,7 +354,7 @@ impl Checker {
                     Some(pod) if claim.recorded_pod_uid.as_deref().is_some_and(|uid| uid != pod.uid) => {
                         Some(format!("claim {} Bound to pod {name}, which was replaced", key.1))
                     }
-                    Some(pod) if pod.claim_uid.as_deref() != Some(claim.uid.as_str()) => {
+                    Some(pod) if pod.owner.as_deref() != Some(owner_label.names(&key.1, claim)) => {
                         Some(format!("claim {} Bound to pod {name}, which it does not own", key.1))
                     }
                     Some(_) => None,
@@ -350,16 +386,16 @@ impl Checker {
             self.bounded(Invariant::I7, subject, disagreeing, BOUND_30S, now);
         }
         for (key, pod) in &pods {
-            // I3: a pod owned by a UID no live claim points at is released.
-            let leaked = pod.claim_uid.as_ref().and_then(|uid| {
-                let pointed = claims
-                    .iter()
-                    .any(|(claim_key, claim)| claim_key.0 == key.0 && &claim.uid == uid && claim.points_at(&key.1));
-                (!pointed).then(|| format!("pod {} owned by {uid}, which no claim points at", key.1))
+            // I3: a pod owned by a claim that does not point at it is released.
+            let leaked = pod.owner.as_ref().and_then(|owner| {
+                let pointed = claims.iter().any(|(claim_key, claim)| {
+                    claim_key.0 == key.0 && owner_label.names(&claim_key.1, claim) == owner && claim.points_at(&key.1)
+                });
+                (!pointed).then(|| format!("pod {} owned by {owner}, which no claim points at", key.1))
             });
             self.bounded(Invariant::I3, format!("pod {}", key.1), leaked, BOUND_60S, now);
             // I7: a released store is Draining with no labels.
-            let dirty = (pod.phase == "Draining" && pod.claim_uid.is_none() && !pod.deleting)
+            let dirty = (pod.phase == "Draining" && pod.owner.is_none() && !pod.deleting)
                 .then(|| pod.store_uuid.as_deref().and_then(|uuid| registry.store(uuid)))
                 .flatten()
                 .filter(|store| store.work_state == WorkState::Working || !store.labels.is_empty())
@@ -393,7 +429,7 @@ impl Checker {
             let detail = format!("{object} reconciled {count} times in the minute from {:.0}s", from.as_secs_f64());
             self.violate(Invariant::I5, from, detail);
         }
-        let in_use = self.pods.values().filter(|pod| !pod.deleting && pod.claim_uid.is_some()).count() as u32;
+        let in_use = self.pods.values().filter(|pod| !pod.deleting && pod.owner.is_some()).count() as u32;
         let idle = self.pods.values().filter(|pod| !pod.deleting && pod.phase == "Idle").count() as u32;
         let expected = self.bounds.max_idle.min(self.bounds.max_pods.saturating_sub(in_use));
         if idle != expected {

@@ -8,14 +8,16 @@
 //! object runs at a time, a wake during a reconcile queues it again, an
 //! `Action` requeues it after its delay and an error goes through the
 //! controller's error policy. Each controller has one worker; concurrency
-//! between operators comes from running several replicas.
+//! between operators comes from running several replicas. The scheduler is
+//! generic over the reconcile's context and error, so that the legacy model
+//! ([`crate::legacy`]) runs on it too.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use cnpool_controllers::{Config, Context, Error, Wiring};
+use cnpool_controllers::{Config, Wiring};
 use cnpool_registry::memory::MemoryRegistry;
 use futures::channel::mpsc::UnboundedReceiver;
 use futures::future::{BoxFuture, Shared};
@@ -92,30 +94,27 @@ impl Queue {
     }
 }
 
-/// One controller's reconcile and error policy, as `cnpool_controllers` defines them.
-struct Controller<K: Resource<DynamicType = ()> + 'static, Rec, Pol> {
+/// One controller's reconcile and error policy over context `C`.
+pub(crate) struct Controller<K: Resource<DynamicType = ()> + 'static, Rec, Pol> {
     /// The replica's instance name, which the ledger counts reconciles by.
-    replica: String,
-    kind: &'static str,
-    store: Store<K>,
-    triggers: UnboundedReceiver<ObjectRef<K>>,
-    reconcile: Rec,
-    error_policy: Pol,
+    pub replica: String,
+    pub kind: &'static str,
+    pub store: Store<K>,
+    pub triggers: UnboundedReceiver<ObjectRef<K>>,
+    pub reconcile: Rec,
+    pub error_policy: Pol,
 }
 
-impl<K, Rec, Fut, Pol> Controller<K, Rec, Pol>
+impl<K, Rec, Pol> Controller<K, Rec, Pol>
 where
     K: Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
-    Rec: Fn(Arc<K>, Arc<Context<MemoryRegistry>>) -> Fut,
-    Fut: Future<Output = Result<Action, Error>>,
-    Pol: Fn(Arc<K>, &Error, Arc<Context<MemoryRegistry>>) -> Action,
 {
-    async fn run(
-        mut self,
-        ctx: Arc<Context<MemoryRegistry>>,
-        ledger: Arc<Ledger>,
-        shutdown: Shared<BoxFuture<'static, ()>>,
-    ) {
+    pub async fn run<C, E, Fut>(mut self, ctx: Arc<C>, ledger: Arc<Ledger>, shutdown: Shared<BoxFuture<'static, ()>>)
+    where
+        Rec: Fn(Arc<K>, Arc<C>) -> Fut,
+        Fut: Future<Output = Result<Action, E>>,
+        Pol: Fn(Arc<K>, &E, Arc<C>) -> Action,
+    {
         let mut queue = Queue::new();
         let mut shutdown = std::pin::pin!(shutdown);
         loop {

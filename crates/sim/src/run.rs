@@ -19,18 +19,19 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use serde::Serialize;
 use serde_json::{Value, json};
 use tokio::sync::broadcast::error::RecvError;
 use tokio::time::Instant;
 use tracing_subscriber::Layer;
 use tracing_subscriber::layer::SubscriberExt;
 
-use crate::checker::{Bounds, Checker, Violation};
-use crate::driver;
+use crate::checker::{Bounds, Checker, OwnerLabel, Violation};
 use crate::gate::{self, FaultSwitch};
 use crate::ledger::{Actor, ApiCounts, Fault, Ledger};
 use crate::report::Timeline;
 use crate::scenario::{Action, Scenario};
+use crate::{driver, legacy};
 
 /// Where virtual time starts: the evening the incident began.
 const EPOCH_SECONDS: i64 = 1_778_781_600; // 2026-05-14T18:00:00Z
@@ -58,6 +59,26 @@ pub struct Outcome {
     pub trace: Vec<String>,
     /// What the HTML report draws, when asked for.
     pub report: Option<ReportData>,
+}
+
+/// Whose controllers the operator replicas run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Controllers {
+    /// cnpool's production controllers.
+    #[default]
+    Cnpool,
+    /// The model of the Go operator's algorithm ([`crate::legacy`]).
+    Legacy,
+}
+
+impl Controllers {
+    pub fn name(self) -> &'static str {
+        match self {
+            Controllers::Cnpool => "cnpool",
+            Controllers::Legacy => "legacy",
+        }
+    }
 }
 
 /// What a run keeps beyond its counts.
@@ -99,8 +120,8 @@ impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for LineCounter {
     }
 }
 
-/// Runs `scenario` with `seed` on this thread.
-pub fn run(scenario: &Scenario, seed: u64, keep: Keep) -> Result<Outcome, RunError> {
+/// Runs `scenario` with `seed` and `controllers` on this thread.
+pub fn run(scenario: &Scenario, seed: u64, controllers: Controllers, keep: Keep) -> Result<Outcome, RunError> {
     // kube-runtime's watch backoff draws its jitter from fastrand's
     // thread-local generator: seed it, so that the jitter repeats too.
     fastrand::seed(seed);
@@ -120,7 +141,7 @@ pub fn run(scenario: &Scenario, seed: u64, keep: Keep) -> Result<Outcome, RunErr
         .start_paused(true)
         .build()
         .map_err(RunError::Runtime)?;
-    let mut outcome = runtime.block_on(simulate(scenario, seed, keep))?;
+    let mut outcome = runtime.block_on(simulate(scenario, seed, controllers, keep))?;
     outcome.log_lines = lines.load(Ordering::Relaxed);
     Ok(outcome)
 }
@@ -164,6 +185,7 @@ struct Sim {
     world: World,
     control: kube::Client,
     clock: VirtualClock,
+    controllers: Controllers,
     /// Crash switches of the running operator replicas, by slot.
     replicas: Mutex<BTreeMap<usize, tokio::sync::watch::Sender<bool>>>,
     end: tokio::sync::watch::Sender<bool>,
@@ -194,13 +216,22 @@ impl Sim {
             let shutdown = futures::future::select(stopped(&crash), stopped(&self.end)).map(drop).boxed().shared();
             let client = self.client(Actor::Operator(slot));
             lock(&self.replicas).insert(slot, crash.clone());
-            let replica = driver::run_replica(
-                client,
-                self.registry.clone(),
-                self.operator_config(slot),
-                self.ledger.clone(),
-                shutdown,
-            );
+            let replica = match self.controllers {
+                Controllers::Cnpool => driver::run_replica(
+                    client,
+                    self.registry.clone(),
+                    self.operator_config(slot),
+                    self.ledger.clone(),
+                    shutdown,
+                )
+                .boxed(),
+                Controllers::Legacy => {
+                    let config = self.operator_config(slot);
+                    let (registry, ledger) = (self.registry.clone(), self.ledger.clone());
+                    legacy::run_replica(client, registry, config.instance, NAMESPACE, config.clock, ledger, shutdown)
+                        .boxed()
+                }
+            };
             match retire_at {
                 Some(at) => {
                     tokio::select! {
@@ -226,7 +257,7 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-async fn simulate(scenario: &Scenario, seed: u64, keep: Keep) -> Result<Outcome, RunError> {
+async fn simulate(scenario: &Scenario, seed: u64, controllers: Controllers, keep: Keep) -> Result<Outcome, RunError> {
     let ledger = Arc::new(Ledger::new(keep.trace));
     let clock = VirtualClock { start: Instant::now() };
     let server = ApiServer::builder().seed(seed).clock(Arc::new(clock.clone())).history(50_000).build();
@@ -258,6 +289,7 @@ async fn simulate(scenario: &Scenario, seed: u64, keep: Keep) -> Result<Outcome,
         world: world.clone(),
         control,
         clock,
+        controllers,
         replicas: Mutex::default(),
         end,
     });
@@ -267,6 +299,10 @@ async fn simulate(scenario: &Scenario, seed: u64, keep: Keep) -> Result<Outcome,
         max_idle: scenario.pool.max_idle,
         start_delay: scenario.world.start_delay,
         store_missing_bound: sim.operator_config(0).store_missing_bound,
+        owner_label: match controllers {
+            Controllers::Cnpool => OwnerLabel::ClaimUid,
+            Controllers::Legacy => OwnerLabel::ClaimedBy,
+        },
     };
     let checker = Arc::new(Mutex::new(Checker::new(bounds)));
     let lagged = Arc::new(AtomicU64::new(0));

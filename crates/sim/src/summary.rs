@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use crate::checker::{Invariant, Violation};
 use crate::ledger::Fault;
-use crate::run::Outcome;
+use crate::run::{Controllers, Outcome};
 
 /// The first seed that broke an invariant, and how to run it again.
 #[derive(Clone, Debug, Serialize)]
@@ -22,6 +22,8 @@ pub struct FirstFailure {
 #[derive(Clone, Debug, Serialize)]
 pub struct Summary {
     pub scenario: String,
+    /// Whose controllers ran.
+    pub controller: Controllers,
     pub seeds: u64,
     pub failing_seeds: u64,
     /// Violations by invariant, over all seeds (every invariant listed).
@@ -41,9 +43,10 @@ pub struct Summary {
 }
 
 impl Summary {
-    pub fn new(scenario: &str) -> Self {
+    pub fn new(scenario: &str, controller: Controllers) -> Self {
         Self {
             scenario: scenario.to_owned(),
+            controller,
             seeds: 0,
             failing_seeds: 0,
             violations: Invariant::ALL.into_iter().map(|invariant| (invariant, 0)).collect(),
@@ -98,8 +101,11 @@ impl Summary {
         let verdict = if self.failing_seeds == 0 { "no violations" } else { "VIOLATIONS FOUND" };
         let _ = writeln!(
             out,
-            "cnpool sim: {} — {} seeds, {} failing: {verdict}",
-            self.scenario, self.seeds, self.failing_seeds
+            "cnpool sim: {} with the {} controllers — {} seeds, {} failing: {verdict}",
+            self.scenario,
+            self.controller.name(),
+            self.seeds,
+            self.failing_seeds
         );
         let _ = writeln!(out, "\ninvariants");
         for (invariant, count) in &self.violations {

@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use cnpool_apiserver::{Event, EventType, StorageKey};
-use cnpool_sim::checker::{Bounds, Checker, Invariant};
-use cnpool_sim::{Keep, Scenario};
+use cnpool_sim::checker::{Bounds, Checker, Invariant, OwnerLabel};
+use cnpool_sim::{Controllers, Keep, Scenario};
 use serde_json::json;
 
 /// A small pool with every fault on, short enough for a unit test.
@@ -38,12 +38,12 @@ steps:
 #[test]
 fn one_seed_gives_one_trace_and_another_seed_another() {
     let scenario = Scenario::from_yaml("small", SMALL).unwrap();
-    let first = cnpool_sim::run(&scenario, 7, Keep { trace: true, report: false }).unwrap();
-    let again = cnpool_sim::run(&scenario, 7, Keep { trace: true, report: false }).unwrap();
+    let first = cnpool_sim::run(&scenario, 7, Controllers::Cnpool, Keep { trace: true, report: false }).unwrap();
+    let again = cnpool_sim::run(&scenario, 7, Controllers::Cnpool, Keep { trace: true, report: false }).unwrap();
     assert!(first.trace.len() > 50, "a run of claims and faults commits writes: {} lines", first.trace.len());
     assert_eq!(first.trace, again.trace);
     assert_eq!(first.trace_digest, again.trace_digest);
-    let other = cnpool_sim::run(&scenario, 8, Keep::default()).unwrap();
+    let other = cnpool_sim::run(&scenario, 8, Controllers::Cnpool, Keep::default()).unwrap();
     assert_ne!(first.trace_digest, other.trace_digest);
     assert!(first.faults.values().sum::<u64>() > 0, "faults were injected: {:?}", first.faults);
     assert!(first.virtual_time >= Duration::from_secs(20 * 60));
@@ -69,6 +69,7 @@ fn small_pool_checker() -> Checker {
         max_idle: 1,
         start_delay: Duration::from_secs(1),
         store_missing_bound: Duration::from_secs(30),
+        owner_label: OwnerLabel::ClaimUid,
     })
 }
 
