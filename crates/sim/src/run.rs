@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use cnpool_api::{CNClaim, CNPool, labels};
+use cnpool_api::{CNClaim, CNPool, ClaimPhase, labels};
 use cnpool_apiserver::{ApiServer, Event};
 use cnpool_registry::memory::{CallKind, MemoryRegistry};
 use cnpool_registry::{RegistryError, Workload};
@@ -18,7 +18,7 @@ use futures::future::{BoxFuture, Shared};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde::Serialize;
 use serde_json::{Value, json};
 use tokio::sync::broadcast::error::RecvError;
@@ -500,8 +500,40 @@ fn name(pod: &Pod) -> String {
     pod.metadata.name.clone().unwrap_or_default()
 }
 
+/// An outside client's migrations: targets from the Idle pods it sees now,
+/// written `view_age` later.
+async fn migrate_claims(sim: Arc<Sim>, count: u32, view_age: Duration, mut rng: fastrand::Rng) {
+    let claims: Api<CNClaim> = Api::namespaced(sim.control.clone(), NAMESPACE);
+    let targets: Vec<String> =
+        pool_pods(&sim).await.iter().filter(|pod| phase(pod) == Some("Idle")).map(name).collect();
+    tokio::time::sleep(view_age).await;
+    let bound: Vec<CNClaim> = claims
+        .list(&ListParams::default())
+        .await
+        .map(|list| list.items)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|claim| claim.metadata.deletion_timestamp.is_none() && claim.spec.source_pod.is_none())
+        .filter(|claim| claim.phase() == Some(ClaimPhase::Bound) && !claim.spec.pod_name.is_empty())
+        .collect();
+    for (index, claim) in pick(&mut rng, &bound, count).into_iter().enumerate() {
+        let claim_name = claim.metadata.name.clone().unwrap_or_default();
+        let target = (!targets.is_empty()).then(|| targets[index % targets.len()].clone());
+        sim.ledger.trace(format_args!(
+            "CONTROL migrate claim {claim_name} from {} to {}",
+            claim.spec.pod_name,
+            target.as_deref().unwrap_or("a pod the operator picks")
+        ));
+        let source = json!({"podName": claim.spec.pod_name, "nodeName": claim.spec.node_name});
+        let patch = json!({"spec": {"sourcePod": source, "podName": target}});
+        if let Err(error) = claims.patch(&claim_name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+            tracing::debug!(%error, claim = claim_name, "control plane: migration refused");
+        }
+    }
+}
+
 /// The control plane's step.
-async fn act(sim: &Sim, action: &Action, rng: &mut fastrand::Rng) {
+async fn act(sim: &Arc<Sim>, action: &Action, rng: &mut fastrand::Rng) {
     let claims: Api<CNClaim> = Api::namespaced(sim.control.clone(), NAMESPACE);
     let pods: Api<Pod> = Api::namespaced(sim.control.clone(), NAMESPACE);
     match action {
@@ -549,6 +581,11 @@ async fn act(sim: &Sim, action: &Action, rng: &mut fastrand::Rng) {
                 sim.ledger.trace(format_args!("CONTROL delete bound pod {}", name(&pod)));
                 let _ = pods.delete(&name(&pod), &DeleteParams::default()).await;
             }
+        }
+        Action::MigrateClaims { count, view_age } => {
+            // The client acts later; the scenario goes on meanwhile.
+            let rng = fastrand::Rng::with_seed(rng.u64(..));
+            tokio::spawn(migrate_claims(sim.clone(), *count, *view_age, rng));
         }
         Action::CrashBoundPods { count } => {
             let bound: Vec<Pod> = pool_pods(sim).await.into_iter().filter(|pod| phase(pod) == Some("Bound")).collect();

@@ -134,6 +134,17 @@ pub enum Action {
     DeleteBoundPods { count: u32 },
     /// Fails the CN of `count` bound pods.
     CrashBoundPods { count: u32 },
+    /// Starts `count` migrations as an outside client does: it notes the
+    /// Idle pods it sees, `viewAge` later sets `spec.sourcePod` of Bound
+    /// claims to their pods and `spec.podName` to those targets (in turn,
+    /// so two claims may name one), or leaves the choice to the operator
+    /// when it saw none. Meanwhile the targets may have been taken.
+    #[serde(rename_all = "camelCase")]
+    MigrateClaims {
+        count: u32,
+        #[serde(deserialize_with = "duration")]
+        view_age: Duration,
+    },
 }
 
 /// Reads "90s", "15m", "2h", "500ms" or "1h30m".
@@ -209,10 +220,11 @@ impl Scenario {
         for _ in 0..rng.u32(3..=8) {
             at += Duration::from_secs(rng.u64(20..=240));
             let count = rng.u32(1..=4);
-            let action = match rng.u32(0..5) {
+            let action = match rng.u32(0..6) {
                 0 | 1 => Action::CreateClaims { count, system: 0 },
                 2 => Action::DeleteClaims { count },
                 3 => Action::VanishStores { count },
+                4 => Action::MigrateClaims { count, view_age: Duration::from_secs(rng.u64(0..=30)) },
                 _ => match rng.bool() {
                     true => Action::DeleteBoundPods { count },
                     false => Action::CrashBoundPods { count },
