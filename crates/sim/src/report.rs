@@ -10,7 +10,7 @@ use cnpool_api::labels;
 use cnpool_apiserver::{Event, EventType};
 use serde_json::Value;
 
-use crate::checker::Violation;
+use crate::checker::{OwnerLabel, Violation};
 
 /// A stretch of a pod's life in one state.
 #[derive(Clone, Debug)]
@@ -26,9 +26,15 @@ struct Segment {
 #[derive(Clone, Debug, Default)]
 pub struct Timeline {
     pods: BTreeMap<String, Vec<Segment>>,
+    /// The label that is the controllers' lock (the legacy model writes no `claim-uid`).
+    owner_label: OwnerLabel,
 }
 
 impl Timeline {
+    pub fn new(owner_label: OwnerLabel) -> Self {
+        Self { pods: BTreeMap::new(), owner_label }
+    }
+
     pub fn commit(&mut self, event: &Event, now: Duration) {
         if event.storage.plural != "pods" {
             return;
@@ -38,6 +44,7 @@ impl Timeline {
         let label = |key: &str| {
             object.pointer("/metadata/labels").and_then(|l| l.get(key)).and_then(Value::as_str).map(str::to_owned)
         };
+        let owner_label = self.owner_label;
         let segments = self.pods.entry(name.to_owned()).or_default();
         let open = segments.last_mut().filter(|segment| segment.to.is_none());
         if event.event_type == EventType::Deleted {
@@ -48,7 +55,7 @@ impl Timeline {
         }
         let deleting = object.pointer("/metadata/deletionTimestamp").is_some_and(|t| !t.is_null());
         let phase = if deleting { "Deleting".to_owned() } else { label(labels::PHASE).unwrap_or_default() };
-        let owner = label(labels::CLAIM_UID).and(label(labels::CLAIMED_BY));
+        let owner = owner_label.owner(object).and(label(labels::CLAIMED_BY));
         if let Some(segment) = open {
             if segment.phase == phase && segment.owner == owner {
                 return;

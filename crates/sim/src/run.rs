@@ -304,9 +304,9 @@ async fn simulate(scenario: &Scenario, seed: u64, controllers: Controllers, keep
             Controllers::Legacy => OwnerLabel::ClaimedBy,
         },
     };
+    let timeline = Arc::new(Mutex::new(keep.report.then(|| Timeline::new(bounds.owner_label))));
     let checker = Arc::new(Mutex::new(Checker::new(bounds)));
     let lagged = Arc::new(AtomicU64::new(0));
-    let timeline = Arc::new(Mutex::new(keep.report.then(Timeline::default)));
     {
         let (checker, ledger, registry, lagged) = (checker.clone(), ledger.clone(), registry.clone(), lagged.clone());
         let timeline = timeline.clone();

@@ -12,7 +12,7 @@ use std::ops::RangeInclusive;
 
 use cnpool_controllers::sabotage::{self, Variant};
 use cnpool_sim::checker::Invariant;
-use cnpool_sim::{Keep, Scenario};
+use cnpool_sim::{Controllers, Keep, Scenario};
 
 const SEEDS: RangeInclusive<u64> = 1..=200;
 
@@ -81,7 +81,7 @@ steps:
 /// What the checker found against `invariant` in one run of `seed`, with
 /// `variant` on (or the correct protocol).
 fn breaches(scenario: &Scenario, seed: u64, variant: Option<Variant>, invariant: Invariant) -> Vec<String> {
-    let run = || cnpool_sim::run(scenario, seed, Keep::default()).unwrap();
+    let run = || cnpool_sim::run(scenario, seed, Controllers::Cnpool, Keep::default()).unwrap();
     let outcome = match variant {
         Some(variant) => sabotage::with(variant, run),
         None => run(),
