@@ -397,6 +397,7 @@ async fn step<R: StoreRegistry>(ctx: &Context<R>, snap: &mut Snapshot, key: &Key
             match ownership::transition(&ctx.client, &raw, Transition::Acquire(&view), ctx.now()).await? {
                 Outcome::Applied(written) => {
                     ctx.note_acquired(&pod.uid);
+                    ctx.note_claim_acquired(&view.uid, true);
                     // Progress: a failure from here on retries from the shortest delay.
                     ctx.settled(Kind::Claim, key);
                     snap.put_pod(*written);
@@ -413,11 +414,17 @@ async fn step<R: StoreRegistry>(ctx: &Context<R>, snap: &mut Snapshot, key: &Key
             Ok(Next::Done(Action::requeue(ctx.backoff(Kind::Claim, key))))
         }
         ClaimStep::Acquire { candidates } => {
+            // The claim took a pod moments ago that its caches do not show
+            // yet: wait for them rather than take a second pod.
+            if ctx.claim_acquired_lately(&view.uid) {
+                return Ok(Next::Done(Action::requeue(ctx.config.requeue_min)));
+            }
             for pod in candidates.iter().take(ctx.config.acquire_attempts) {
                 let Some(raw) = raw(&read_pods, pod) else { continue };
                 match ownership::transition(&ctx.client, &raw, Transition::Acquire(&view), ctx.now()).await? {
                     Outcome::Applied(written) => {
                         ctx.note_acquired(&pod.uid);
+                        ctx.note_claim_acquired(&view.uid, true);
                         ctx.settled(Kind::Claim, key);
                         snap.put_pod(*written);
                         return Ok(Next::Again);
@@ -457,6 +464,8 @@ async fn step<R: StoreRegistry>(ctx: &Context<R>, snap: &mut Snapshot, key: &Key
                 // The claim changed since the live read: decide again.
                 return Ok(Next::Done(Action::requeue(ctx.config.requeue_min)));
             }
+            // What it took is gone: a replacement may be taken at once.
+            ctx.note_claim_acquired(&view.uid, false);
             for pod in &release {
                 let Some(raw) = raw(&read_pods, pod.pod) else { continue };
                 if let Outcome::Applied(written) =
@@ -480,11 +489,12 @@ async fn step<R: StoreRegistry>(ctx: &Context<R>, snap: &mut Snapshot, key: &Key
                 None => Next::Done(Action::requeue(ctx.config.requeue_min)),
             })
         }
-        ClaimStep::WaitForStore(lost_in) => {
-            let wait = ctx.backoff(Kind::Claim, key);
-            // A missing store is looked at again when the bound runs out.
-            Ok(Next::Done(Action::requeue(lost_in.map_or(wait, |left| wait.min(left + ctx.config.requeue_min)))))
-        }
+        ClaimStep::WaitForStore(lost_in) => Ok(Next::Done(Action::requeue(match lost_in {
+            // A missing store is looked at again when its bound runs out; the
+            // wait is no failure, so it leaves the backoff as it is.
+            Some(left) => left + ctx.config.requeue_min,
+            None => ctx.backoff(Kind::Claim, key),
+        }))),
         ClaimStep::MarkBound => {
             if !mark_bound(ctx, snap, &view, store_view.as_ref()).await? {
                 // The claim changed since it was read: decide again soon.

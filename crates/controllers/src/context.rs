@@ -128,6 +128,9 @@ pub struct Context<R> {
     /// Pods this process acquired lately: other claims skip them while the
     /// cache still shows them Idle.
     recently_acquired: Mutex<BTreeMap<String, Instant>>,
+    /// Claims that acquired a pod lately (by UID): until their caches show
+    /// it, they take no second one.
+    claims_acquired_lately: Mutex<BTreeMap<String, Instant>>,
     /// Pods the pool controller created or deleted but the cache has not
     /// shown yet, per pool.
     pub(crate) expected: Expected,
@@ -148,6 +151,16 @@ struct Migration {
     seen: Timestamp,
     /// The target pod's UID and when its store was first seen serving.
     serving: Option<(String, Timestamp)>,
+}
+
+/// How long a pod just acquired is taken as such while the cache may lag.
+const ACQUIRED_LATELY: Duration = Duration::from_secs(5);
+
+/// Notes `key` now, forgetting keys older than `horizon`.
+fn remember(map: &Mutex<BTreeMap<String, Instant>>, key: &str, horizon: Duration) {
+    let mut recent = lock(map);
+    recent.retain(|_, at| at.elapsed() < horizon);
+    recent.insert(key.to_owned(), Instant::now());
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -177,6 +190,7 @@ impl<R> Context<R> {
             stores: Mutex::default(),
             backoff: Mutex::default(),
             recently_acquired: Mutex::default(),
+            claims_acquired_lately: Mutex::default(),
             expected: Expected::default(),
             expected_members: Expected::default(),
             migrations: Mutex::default(),
@@ -244,14 +258,25 @@ impl<R> Context<R> {
     }
 
     pub fn note_acquired(&self, pod_uid: &str) {
-        let mut recent = lock(&self.recently_acquired);
-        let horizon = self.config.requeue_max;
-        recent.retain(|_, at| at.elapsed() < horizon);
-        recent.insert(pod_uid.to_owned(), Instant::now());
+        remember(&self.recently_acquired, pod_uid, self.config.requeue_max);
     }
 
     pub fn acquired_lately(&self, pod_uid: &str) -> bool {
-        lock(&self.recently_acquired).get(pod_uid).is_some_and(|at| at.elapsed() < Duration::from_secs(5))
+        lock(&self.recently_acquired).get(pod_uid).is_some_and(|at| at.elapsed() < ACQUIRED_LATELY)
+    }
+
+    /// The claim `claim_uid` acquired a pod (or, with `false`, let go of
+    /// what it held).
+    pub fn note_claim_acquired(&self, claim_uid: &str, acquired: bool) {
+        if acquired {
+            remember(&self.claims_acquired_lately, claim_uid, self.config.requeue_max);
+        } else {
+            lock(&self.claims_acquired_lately).remove(claim_uid);
+        }
+    }
+
+    pub fn claim_acquired_lately(&self, claim_uid: &str) -> bool {
+        lock(&self.claims_acquired_lately).get(claim_uid).is_some_and(|at| at.elapsed() < ACQUIRED_LATELY)
     }
 
     /// What is known of the store `uuid`, for a claim decision.
