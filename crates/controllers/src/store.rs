@@ -205,8 +205,9 @@ async fn set_store_condition<R>(ctx: &Context<R>, pod: &Pod, registered: bool) -
     }
 }
 
-/// Writes the stats annotations when they differ from the pod's.
-async fn write_stats<R>(ctx: &Context<R>, pod: &Pod, workload: Workload) -> Result<(), Error> {
+/// The stats annotations of a pod whose CN reports `workload`, in the Go
+/// operator's format (the proxy and the CN set's scale-in read them).
+pub fn stats_annotations(pod: &Pod, workload: Workload) -> [(&'static str, String); 3] {
     let started = pod.status.as_ref().and_then(|status| status.start_time.as_ref()).map(|time| time.0.to_string());
     let score = json!({
         "sessionCount": workload.sessions,
@@ -215,11 +216,16 @@ async fn write_stats<R>(ctx: &Context<R>, pod: &Pod, workload: Workload) -> Resu
         "startedTime": started,
     })
     .to_string();
-    let wanted = [
+    [
         (labels::SCORE, score),
         (labels::POD_DELETION_COST, workload.sessions.to_string()),
         (labels::CONNECTIONS, (workload.sessions + workload.pipelines).to_string()),
-    ];
+    ]
+}
+
+/// Writes the stats annotations when they differ from the pod's.
+async fn write_stats<R>(ctx: &Context<R>, pod: &Pod, workload: Workload) -> Result<(), Error> {
+    let wanted = stats_annotations(pod, workload);
     let annotations = pod.metadata.annotations.clone().unwrap_or_default();
     if wanted.iter().all(|(key, value)| annotations.get(*key) == Some(value)) {
         return Ok(());

@@ -31,16 +31,12 @@ const MIGRATION_MIN_BOUND: Duration = Duration::from_secs(15);
 const MIGRATION_POLL: Duration = Duration::from_secs(10);
 
 pub async fn reconcile(claim: Arc<CNClaim>, ctx: Arc<Legacy>) -> Result<Action, LegacyError> {
-    let (namespace, name) = (claim.namespace().unwrap_or_default(), claim.name_any());
     let result = reconcile_claim((*claim).clone(), &ctx).await;
-    if result.is_ok() {
-        ctx.forget(Kind::Claim, &namespace, &name);
-    }
-    result
+    ctx.settle(Kind::Claim, claim.as_ref(), result)
 }
 
 pub fn error_policy(claim: Arc<CNClaim>, error: &LegacyError, ctx: Arc<Legacy>) -> Action {
-    ctx.failed(Kind::Claim, &claim.namespace().unwrap_or_default(), &claim.name_any(), error)
+    ctx.failed(Kind::Claim, claim.as_ref(), error)
 }
 
 async fn reconcile_claim(mut claim: CNClaim, ctx: &Legacy) -> Result<Action, LegacyError> {

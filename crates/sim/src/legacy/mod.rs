@@ -163,20 +163,35 @@ impl Legacy {
         }
     }
 
-    fn forget(&self, kind: Kind, namespace: &str, name: &str) {
-        lock(&self.failures).remove(&(kind, namespace.to_owned(), name.to_owned()));
+    /// What one reconcile of `object` gave: a success resets its backoff,
+    /// as controller-runtime forgets an object's failures.
+    fn settle<K: ResourceExt>(
+        &self,
+        kind: Kind,
+        object: &K,
+        result: Result<Action, LegacyError>,
+    ) -> Result<Action, LegacyError> {
+        if result.is_ok() {
+            lock(&self.failures).remove(&failure_key(kind, object));
+        }
+        result
     }
 
     /// controller-runtime's error handling: log the error, requeue after an
     /// exponential backoff.
-    fn failed(&self, kind: Kind, namespace: &str, name: &str, error: &LegacyError) -> Action {
+    fn failed<K: ResourceExt>(&self, kind: Kind, object: &K, error: &LegacyError) -> Action {
         let mut failures = lock(&self.failures);
-        let count = failures.entry((kind, namespace.to_owned(), name.to_owned())).or_default();
+        let count = failures.entry(failure_key(kind, object)).or_default();
         let delay = ERROR_BACKOFF_BASE.saturating_mul(2u32.saturating_pow(*count)).min(ERROR_BACKOFF_MAX);
         *count = count.saturating_add(1);
+        let (namespace, name) = (object.namespace().unwrap_or_default(), object.name_any());
         tracing::error!(?kind, namespace, name, %error, "Reconciler error");
         Action::requeue(delay)
     }
+}
+
+fn failure_key<K: ResourceExt>(kind: Kind, object: &K) -> (Kind, String, String) {
+    (kind, object.namespace().unwrap_or_default(), object.name_any())
 }
 
 /// The UUID of a pod's CN store, from its DNS name.

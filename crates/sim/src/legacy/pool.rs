@@ -22,16 +22,12 @@ use super::{Kind, Legacy, LegacyError, is_not_found, label, lock, phase, sorted}
 const CREATION_EXPECTATION: Duration = Duration::from_secs(300);
 
 pub async fn reconcile(pool: Arc<CNPool>, ctx: Arc<Legacy>) -> Result<Action, LegacyError> {
-    let (namespace, name) = (pool.namespace().unwrap_or_default(), pool.name_any());
     let result = reconcile_pool(&pool, &ctx).await;
-    if result.is_ok() {
-        ctx.forget(Kind::Pool, &namespace, &name);
-    }
-    result
+    ctx.settle(Kind::Pool, pool.as_ref(), result)
 }
 
 pub fn error_policy(pool: Arc<CNPool>, error: &LegacyError, ctx: Arc<Legacy>) -> Action {
-    ctx.failed(Kind::Pool, &pool.namespace().unwrap_or_default(), &pool.name_any(), error)
+    ctx.failed(Kind::Pool, pool.as_ref(), error)
 }
 
 async fn reconcile_pool(pool: &CNPool, ctx: &Legacy) -> Result<Action, LegacyError> {

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cnpool_api::{CNPool, labels};
+use cnpool_controllers::store::stats_annotations;
 use cnpool_registry::{StoreRegistry, Workload};
 use k8s_openapi::api::core::v1::{Pod, PodCondition};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -24,16 +25,12 @@ const DRAIN_POLL: Duration = Duration::from_secs(5);
 const DEFAULT_MIN_DELAY: Duration = Duration::from_secs(15);
 
 pub async fn reconcile(pod: Arc<Pod>, ctx: Arc<Legacy>) -> Result<Action, LegacyError> {
-    let (namespace, name) = (pod.namespace().unwrap_or_default(), pod.name_any());
     let result = reconcile_pod(&pod, &ctx).await;
-    if result.is_ok() {
-        ctx.forget(Kind::Pod, &namespace, &name);
-    }
-    result
+    ctx.settle(Kind::Pod, pod.as_ref(), result)
 }
 
 pub fn error_policy(pod: Arc<Pod>, error: &LegacyError, ctx: Arc<Legacy>) -> Action {
-    ctx.failed(Kind::Pod, &pod.namespace().unwrap_or_default(), &pod.name_any(), error)
+    ctx.failed(Kind::Pod, pod.as_ref(), error)
 }
 
 async fn reconcile_pod(pod: &Pod, ctx: &Legacy) -> Result<Action, LegacyError> {
@@ -69,21 +66,10 @@ async fn sync_stats(ctx: &Legacy, pod: &Pod, store: &cnpool_registry::CnStore) -
         .workload(store)
         .await
         .map_err(LegacyError::registry(format!("read stats of pod {}", pod.name_any())))?;
-    let started = pod.status.as_ref().and_then(|status| status.start_time.as_ref()).map(|time| time.0.to_string());
-    let score = json!({
-        "sessionCount": workload.sessions,
-        "pipelineCount": workload.pipelines,
-        "replicaCount": workload.replicas,
-        "startedTime": started,
-    });
-    let patch = json!({"metadata": {
-        "resourceVersion": pod.resource_version(),
-        "annotations": {
-            labels::SCORE: score.to_string(),
-            labels::POD_DELETION_COST: workload.sessions.to_string(),
-            labels::CONNECTIONS: (workload.sessions + workload.pipelines).to_string(),
-        },
-    }});
+    // The same annotations cnpool writes, but on every reconcile.
+    let annotations: serde_json::Map<String, serde_json::Value> =
+        stats_annotations(pod, workload).into_iter().map(|(key, value)| (key.to_owned(), json!(value))).collect();
+    let patch = json!({"metadata": {"resourceVersion": pod.resource_version(), "annotations": annotations}});
     ctx.pod_api(&pod.namespace().unwrap_or_default())
         .patch(&pod.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
         .await
