@@ -1,4 +1,4 @@
-//! `cnpool bench`: measurements that belong in benchmarks, not in tests.
+//! The embedded API server's own write and watch-delivery cost.
 
 use std::time::{Duration, Instant};
 
@@ -8,64 +8,40 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
 use serde_json::json;
 
+use super::Table;
+
 #[derive(clap::Args)]
-pub struct BenchArgs {
-    #[command(subcommand)]
-    case: Case,
+pub struct ApiserverArgs {
+    /// Writes per measurement.
+    #[arg(long, default_value_t = 20_000)]
+    writes: usize,
+    /// Concurrent writers.
+    #[arg(long, default_value_t = 8)]
+    writers: usize,
+    /// Watcher counts to measure, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "0,10,100")]
+    watchers: Vec<usize>,
 }
 
-#[derive(clap::Subcommand)]
-enum Case {
-    /// The embedded API server in-process: merge-patch writes per second
-    /// through a kube client, alone and with watchers attached.
-    Apiserver {
-        /// Writes per measurement.
-        #[arg(long, default_value_t = 20_000)]
-        writes: usize,
-        /// Concurrent writers.
-        #[arg(long, default_value_t = 8)]
-        writers: usize,
-        /// Watcher counts to measure, comma-separated.
-        #[arg(long, value_delimiter = ',', default_value = "0,10,100")]
-        watchers: Vec<usize>,
-        /// Also write the results as JSON to this file.
-        #[arg(long)]
-        json: Option<std::path::PathBuf>,
-    },
-}
-
-pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
-    match args.case {
-        Case::Apiserver { writes, writers, watchers, json } => {
-            let mut rows = Vec::new();
-            println!(
-                "{:>9} {:>9} {:>11} {:>10} {:>17} {:>12}",
-                "watchers", "writes", "writes/s", "µs/write", "events delivered", "events/s"
-            );
-            for &watcher_count in &watchers {
-                let row = apiserver_case(writes, writers.max(1), watcher_count).await?;
-                println!(
-                    "{:>9} {:>9} {:>11.0} {:>10.1} {:>17} {:>12.0}",
-                    watcher_count,
-                    writes,
-                    row.writes_per_second,
-                    row.micros_per_write,
-                    row.events_delivered,
-                    row.events_per_second
-                );
-                rows.push(json!({
-                    "watchers": watcher_count, "writes": writes, "writers": writers,
-                    "writes_per_second": row.writes_per_second, "micros_per_write": row.micros_per_write,
-                    "events_delivered": row.events_delivered, "events_per_second": row.events_per_second,
-                }));
-            }
-            if let Some(path) = json {
-                std::fs::write(&path, serde_json::to_string_pretty(&rows)?)
-                    .with_context(|| format!("--json {}: cannot write", path.display()))?;
-            }
-        }
+pub async fn run(args: &ApiserverArgs) -> anyhow::Result<Table> {
+    let mut table = Table::new(
+        "apiserver",
+        "embedded API server, merge-patch writes through a kube client",
+        &["watchers", "writes", "writes/s", "µs/write", "events delivered", "events/s"],
+    );
+    for &watcher_count in &args.watchers {
+        let row = apiserver_case(args.writes, args.writers.max(1), watcher_count).await?;
+        table.row(vec![
+            json!(watcher_count),
+            json!(args.writes),
+            json!(row.writes_per_second.round()),
+            json!(row.micros_per_write),
+            json!(row.events_delivered),
+            json!(row.events_per_second.round()),
+        ]);
     }
-    Ok(())
+    table.note(format!("{} concurrent writers", args.writers.max(1)));
+    Ok(table)
 }
 
 struct Row {
