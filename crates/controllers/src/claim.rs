@@ -131,6 +131,7 @@ enum Next {
 }
 
 pub async fn reconcile<R: StoreRegistry + 'static>(claim: Arc<CNClaim>, ctx: Arc<Context<R>>) -> Result<Action, Error> {
+    let claim = ctx.claim_writes.freshest(claim);
     let key = key_of(claim.as_ref());
     let uid = claim.uid().unwrap_or_default();
     let mut snap = Snapshot {
@@ -333,7 +334,7 @@ async fn step<R: StoreRegistry>(ctx: &Context<R>, snap: &mut Snapshot, key: &Key
                     snap.claim = written;
                     Next::Again
                 }
-                None => Next::Done(Action::requeue(ctx.config.requeue_min)),
+                None => changed_since_read(ctx, &snap.claim),
             })
         }
         ClaimStep::ConfirmFinalize
@@ -376,7 +377,7 @@ async fn step<R: StoreRegistry>(ctx: &Context<R>, snap: &mut Snapshot, key: &Key
         }
         ClaimStep::AdoptLegacy(pod) => {
             let Some(raw) = raw(&read_pods, pod) else {
-                return Ok(Next::Done(Action::requeue(ctx.config.requeue_min)));
+                return Ok(changed_since_read(ctx, &snap.claim));
             };
             match ownership::transition(&ctx.client, &raw, Transition::AdoptLegacy(&view), ctx.now()).await? {
                 Outcome::Applied(written) => {
@@ -392,7 +393,7 @@ async fn step<R: StoreRegistry>(ctx: &Context<R>, snap: &mut Snapshot, key: &Key
         }
         ClaimStep::AcquirePreBound(pod) => {
             let Some(raw) = raw(&read_pods, pod) else {
-                return Ok(Next::Done(Action::requeue(ctx.config.requeue_min)));
+                return Ok(changed_since_read(ctx, &snap.claim));
             };
             match ownership::transition(&ctx.client, &raw, Transition::Acquire(&view), ctx.now()).await? {
                 Outcome::Applied(written) => {
@@ -417,7 +418,12 @@ async fn step<R: StoreRegistry>(ctx: &Context<R>, snap: &mut Snapshot, key: &Key
             // The claim took a pod moments ago that its caches do not show
             // yet: wait for them rather than take a second pod.
             if ctx.claim_acquired_lately(&view.uid) {
-                return Ok(Next::Done(Action::requeue(ctx.config.requeue_min)));
+                return Ok(changed_since_read(ctx, &snap.claim));
+            }
+            if !candidates.is_empty() {
+                // The wait for capacity is over: a failure from here starts
+                // its own series instead of inheriting that wait's delay.
+                ctx.settled(Kind::Claim, key);
             }
             for pod in candidates.iter().take(ctx.config.acquire_attempts) {
                 let Some(raw) = raw(&read_pods, pod) else { continue };
@@ -447,7 +453,7 @@ async fn step<R: StoreRegistry>(ctx: &Context<R>, snap: &mut Snapshot, key: &Key
         ClaimStep::Record(pod) => record(ctx, snap, &view, pod, store_view.as_ref()).await,
         ClaimStep::RewriteBinding(pod) => {
             let Some(raw) = raw(&read_pods, pod) else {
-                return Ok(Next::Done(Action::requeue(ctx.config.requeue_min)));
+                return Ok(changed_since_read(ctx, &snap.claim));
             };
             match ownership::transition(&ctx.client, &raw, Transition::Rewrite(&view), ctx.now()).await? {
                 Outcome::Applied(written) => {
@@ -462,7 +468,7 @@ async fn step<R: StoreRegistry>(ctx: &Context<R>, snap: &mut Snapshot, key: &Key
         ClaimStep::MarkLost { reason, release } => {
             if !mark_lost(ctx, snap, &view, reason).await? {
                 // The claim changed since the live read: decide again.
-                return Ok(Next::Done(Action::requeue(ctx.config.requeue_min)));
+                return Ok(changed_since_read(ctx, &snap.claim));
             }
             // What it took is gone: a replacement may be taken at once.
             ctx.note_claim_acquired(&view.uid, false);
@@ -486,7 +492,7 @@ async fn step<R: StoreRegistry>(ctx: &Context<R>, snap: &mut Snapshot, key: &Key
                     snap.claim = written;
                     Next::Again
                 }
-                None => Next::Done(Action::requeue(ctx.config.requeue_min)),
+                None => changed_since_read(ctx, &snap.claim),
             })
         }
         ClaimStep::WaitForStore(lost_in) => Ok(Next::Done(Action::requeue(match lost_in {
@@ -497,8 +503,8 @@ async fn step<R: StoreRegistry>(ctx: &Context<R>, snap: &mut Snapshot, key: &Key
         }))),
         ClaimStep::MarkBound => {
             if !mark_bound(ctx, snap, &view, store_view.as_ref()).await? {
-                // The claim changed since it was read: decide again soon.
-                return Ok(Next::Done(Action::requeue(ctx.config.requeue_min)));
+                // The claim changed since it was read: its watch wakes it.
+                return Ok(changed_since_read(ctx, &snap.claim));
             }
             ctx.settled(Kind::Claim, key);
             Ok(Next::Done(Action::requeue(ctx.config.resync)))
@@ -520,7 +526,7 @@ async fn step<R: StoreRegistry>(ctx: &Context<R>, snap: &mut Snapshot, key: &Key
                     ctx.event(&claim_ref, false, "MigrationStarted", "Migrate", note).await;
                     Next::Again
                 }
-                None => Next::Done(Action::requeue(ctx.config.requeue_min)),
+                None => changed_since_read(ctx, &snap.claim),
             })
         }
         ClaimStep::MarkOutdated => {
@@ -533,7 +539,7 @@ async fn step<R: StoreRegistry>(ctx: &Context<R>, snap: &mut Snapshot, key: &Key
                 tracing::info!(claim = %view.name, from = ?from, to = "Outdated", "claim's pod runs an old template");
                 return Ok(Next::Again);
             }
-            Ok(Next::Done(Action::requeue(ctx.config.requeue_min)))
+            Ok(changed_since_read(ctx, &snap.claim))
         }
         ClaimStep::RefuseMigration(why) => refuse_migration(ctx, snap, &view, why).await,
         ClaimStep::NoteTargetServing(target) => {
@@ -545,7 +551,7 @@ async fn step<R: StoreRegistry>(ctx: &Context<R>, snap: &mut Snapshot, key: &Key
         }
         ClaimStep::ReleaseSource(release) => {
             let Some(raw) = raw(&read_pods, release.pod) else {
-                return Ok(Next::Done(Action::requeue(ctx.config.requeue_min)));
+                return Ok(changed_since_read(ctx, &snap.claim));
             };
             match ownership::transition(&ctx.client, &raw, release_transition(&view, release), ctx.now()).await? {
                 Outcome::Applied(written) => {
@@ -596,12 +602,26 @@ async fn release_pod<R>(ctx: &Context<R>, pod: &Pod, view: &ClaimView, release: 
     })
 }
 
+/// What to do when the claim, or a pod it read, changed since it was read
+/// (a write refused as stale, a pod the caches no longer hold): the watch
+/// brings the newer version and wakes the claim, so the timer is only the
+/// fallback, and it grows while the caches keep lagging.
+fn changed_since_read<R>(ctx: &Context<R>, claim: &CNClaim) -> Next {
+    let key = (claim.namespace().unwrap_or_default(), claim.name_any());
+    Next::Done(Action::requeue(ctx.backoff(Kind::Claim, &key)))
+}
+
+fn remember_written<R>(ctx: &Context<R>, read: &CNClaim, written: CNClaim) -> CNClaim {
+    ctx.claim_writes.wrote(read.resource_version().as_deref(), written.clone());
+    written
+}
+
 /// Replaces the claim at the resourceVersion read; `None` when it changed
 /// or is gone.
 async fn replace<R>(ctx: &Context<R>, claim: &CNClaim) -> Result<Option<CNClaim>, Error> {
     let claims: Api<CNClaim> = Api::namespaced(ctx.client.clone(), &claim.namespace().unwrap_or_default());
     match claims.replace(&claim.name_any(), &PostParams::default(), claim).await {
-        Ok(written) => Ok(Some(written)),
+        Ok(written) => Ok(Some(remember_written(ctx, claim, written))),
         Err(error) if is_stale(&error) || is_not_found(&error) => {
             tracing::debug!(claim = %claim.name_any(), %error, "claim changed since it was read");
             Ok(None)
@@ -614,7 +634,7 @@ async fn replace<R>(ctx: &Context<R>, claim: &CNClaim) -> Result<Option<CNClaim>
 async fn replace_status<R>(ctx: &Context<R>, claim: &CNClaim) -> Result<Option<CNClaim>, Error> {
     let claims: Api<CNClaim> = Api::namespaced(ctx.client.clone(), &claim.namespace().unwrap_or_default());
     match claims.replace_status(&claim.name_any(), &PostParams::default(), claim).await {
-        Ok(written) => Ok(Some(written)),
+        Ok(written) => Ok(Some(remember_written(ctx, claim, written))),
         Err(error) if is_stale(&error) || is_not_found(&error) => {
             tracing::debug!(claim = %claim.name_any(), %error, "claim changed since it was read");
             Ok(None)
@@ -736,7 +756,7 @@ async fn record<R>(
     if updated.spec != snap.claim.spec {
         match replace(ctx, &updated).await? {
             Some(written) => snap.claim = written,
-            None => return Ok(Next::Done(Action::requeue(ctx.config.requeue_min))),
+            None => return Ok(changed_since_read(ctx, &snap.claim)),
         }
     }
     let mut updated = snap.claim.clone();
@@ -750,7 +770,7 @@ async fn record<R>(
             snap.claim = written;
             Ok(Next::Again)
         }
-        None => Ok(Next::Done(Action::requeue(ctx.config.requeue_min))),
+        None => Ok(changed_since_read(ctx, &snap.claim)),
     }
 }
 
@@ -837,7 +857,7 @@ async fn refuse_migration<R>(
     updated.spec.pod_name.clone_from(&source);
     updated.spec.source_pod = None;
     let Some(written) = replace(ctx, &updated).await? else {
-        return Ok(Next::Done(Action::requeue(ctx.config.requeue_min)));
+        return Ok(changed_since_read(ctx, &snap.claim));
     };
     snap.claim = written;
     tracing::info!(claim = %view.name, target = %target, source = %source, reason = why.as_str(), "migration refused");
@@ -864,13 +884,13 @@ async fn complete_migration<R>(ctx: &Context<R>, snap: &mut Snapshot, view: &Cla
     if updated.status != snap.claim.status {
         match replace_status(ctx, &updated).await? {
             Some(written) => snap.claim = written,
-            None => return Ok(Next::Done(Action::requeue(ctx.config.requeue_min))),
+            None => return Ok(changed_since_read(ctx, &snap.claim)),
         }
     }
     let mut updated = snap.claim.clone();
     updated.spec.source_pod = None;
     let Some(written) = replace(ctx, &updated).await? else {
-        return Ok(Next::Done(Action::requeue(ctx.config.requeue_min)));
+        return Ok(changed_since_read(ctx, &snap.claim));
     };
     snap.claim = written;
     tracing::info!(claim = %view.name, from = %source, to = %target, "claim migrated");

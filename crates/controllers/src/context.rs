@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use cnpool_api::CNClaim;
 use cnpool_core::model::{ObservedStore, PoolView, StoreView};
 use cnpool_registry::CnStore;
 use jiff::Timestamp;
@@ -15,6 +16,7 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 
 use crate::Config;
 use crate::cache::{ClaimSets, Claims, Key, Pods, Pools};
+use crate::own_writes::OwnWrites;
 use crate::wake::Wakers;
 
 /// Where the controllers read the time of day (timestamps they write,
@@ -141,6 +143,9 @@ pub struct Context<R> {
     migrations: Mutex<BTreeMap<String, Migration>>,
     /// When this process last started a rollout migration, per pool.
     rolled: Mutex<BTreeMap<Key, Instant>>,
+    /// Claims as this process last wrote them, for reconciles whose cache
+    /// lags behind those writes.
+    pub(crate) claim_writes: OwnWrites<CNClaim>,
     recorder: Recorder,
 }
 
@@ -178,6 +183,7 @@ impl<R> Context<R> {
         let reporter = Reporter { controller: "cnpool".into(), instance: Some(config.instance.clone()) };
         Self {
             wake: Wakers::new(config.wake_interval, config.pool_wake_interval),
+            claim_writes: OwnWrites::new(config.requeue_max),
             recorder: Recorder::new(client.clone(), reporter),
             client,
             registry,

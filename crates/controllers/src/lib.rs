@@ -23,6 +23,7 @@ pub mod claim_set;
 mod context;
 mod error;
 pub mod metrics;
+mod own_writes;
 pub mod ownership;
 pub mod pool;
 #[cfg(feature = "sabotage")]

@@ -103,7 +103,7 @@ pub async fn reconcile<R: StoreRegistry + 'static>(pod: Arc<Pod>, ctx: Arc<Conte
                     ctx.event(&pod.object_ref(&()), false, reason.as_str(), "Terminate", note).await;
                 }
                 ctx.settled(Kind::Pod, &key);
-                return Ok(Action::requeue(ctx.config.requeue_min));
+                return Ok(after_own_write(&ctx));
             }
             Outcome::Stale | Outcome::NotApplicable => return Ok(Action::requeue(ctx.backoff(Kind::Pod, &key))),
         }
@@ -246,7 +246,14 @@ async fn add_finalizer<R>(ctx: &Context<R>, pod: &Pod) -> Result<Action, Error> 
     let mut finalizers = pod.finalizers().to_vec();
     finalizers.push(labels::CN_DRAINING_FINALIZER.to_owned());
     patch_finalizers(ctx, pod, finalizers).await?;
-    Ok(Action::requeue(ctx.config.requeue_min))
+    Ok(after_own_write(ctx))
+}
+
+/// After a write to the pod: the write's own watch event wakes the pod once
+/// the cache holds it (a reconcile before then would only see the old state
+/// and retry a write already done), so the timer is just a fallback.
+fn after_own_write<R>(ctx: &Context<R>) -> Action {
+    Action::requeue(ctx.config.requeue_max)
 }
 
 /// Replaces the pod's finalizers, guarded by the list as read.
@@ -327,5 +334,5 @@ async fn sweep_orphan<R>(ctx: &Context<R>, pod: &Pod, view: &PodView, claim_uid:
         let note = format!("released: claim {claim_uid} no longer exists");
         ctx.event(&pod.object_ref(&()), false, "OrphanReleased", "Release", note).await;
     }
-    Ok(Action::requeue(ctx.config.requeue_min))
+    Ok(after_own_write(ctx))
 }

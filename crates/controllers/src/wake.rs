@@ -261,7 +261,11 @@ fn wake_waiting_claims<R>(ctx: &Context<R>, namespace: &str, pool: &str) {
         .iter()
         .chain(&unnominated)
         .filter(|claim| claim.metadata.deletion_timestamp.is_none())
-        .filter(|claim| claim.uid().is_some_and(|uid| ctx.pods.owned_by(&uid).is_empty()))
+        .filter(|claim| {
+            // A claim that took a pod its cache does not show yet is not
+            // waiting: a wake spent on it would leave a waiting one asleep.
+            claim.uid().is_some_and(|uid| ctx.pods.owned_by(&uid).is_empty() && !ctx.claim_acquired_lately(&uid))
+        })
         .take(idle);
     for claim in waiting {
         ctx.wake.claim(namespace, &claim.name_any());
