@@ -186,7 +186,7 @@ async fn serve_embedded(args: &DevArgs) -> anyhow::Result<(kube::Client, Serving
 
 /// The CRDs are there from the start (created, or updated to this
 /// version's), so that `kubectl apply -f examples/` works at once.
-async fn install_crds(client: kube::Client) -> anyhow::Result<()> {
+pub(crate) async fn install_crds(client: kube::Client) -> anyhow::Result<()> {
     let api: Api<CustomResourceDefinition> = Api::all(client);
     for crd in cnpool_api::crd::crds() {
         let name = crd.metadata.name.clone().unwrap_or_default();

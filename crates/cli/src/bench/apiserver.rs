@@ -57,13 +57,7 @@ async fn apiserver_case(writes: usize, writers: usize, watcher_count: usize) -> 
     let server = cnpool_apiserver::ApiServer::builder().history(writes + 1_024).build();
     let client = server.client();
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
-    for index in 0..writers {
-        let map = ConfigMap {
-            metadata: kube::api::ObjectMeta { name: Some(format!("bench-{index}")), ..Default::default() },
-            ..Default::default()
-        };
-        api.create(&PostParams::default(), &map).await.context("creating the benchmark objects")?;
-    }
+    create_targets(&api, writers).await?;
     let expected = writes;
     let mut watchers = Vec::new();
     for _ in 0..watcher_count {
@@ -82,6 +76,38 @@ async fn apiserver_case(writes: usize, writers: usize, watcher_count: usize) -> 
         }));
     }
     let started = Instant::now();
+    let done = patch_targets(&api, writers, writes).await?;
+    let mut delivered = 0;
+    for watcher in watchers {
+        delivered += watcher.await.context("a watcher panicked")?;
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    if watcher_count > 0 && delivered < done * watcher_count {
+        anyhow::bail!("only {delivered} of {} watch events arrived", done * watcher_count);
+    }
+    Ok(Row {
+        writes_per_second: done as f64 / elapsed,
+        micros_per_write: elapsed * 1e6 / done as f64,
+        events_delivered: delivered,
+        events_per_second: delivered as f64 / elapsed,
+    })
+}
+
+/// One ConfigMap per writer for [`patch_targets`], in `api`'s namespace.
+pub(super) async fn create_targets(api: &Api<ConfigMap>, writers: usize) -> anyhow::Result<()> {
+    for index in 0..writers {
+        let map = ConfigMap {
+            metadata: kube::api::ObjectMeta { name: Some(format!("bench-{index}")), ..Default::default() },
+            ..Default::default()
+        };
+        api.create(&PostParams::default(), &map).await.context("creating the benchmark objects")?;
+    }
+    Ok(())
+}
+
+/// `writers` tasks merge-patch their own ConfigMap, `writes` in all (rounded
+/// down to a multiple of `writers`); returns how many were made.
+pub(super) async fn patch_targets(api: &Api<ConfigMap>, writers: usize, writes: usize) -> anyhow::Result<usize> {
     let per_writer = writes / writers;
     let mut tasks = Vec::new();
     for index in 0..writers {
@@ -97,19 +123,5 @@ async fn apiserver_case(writes: usize, writers: usize, watcher_count: usize) -> 
     for task in tasks {
         task.await.context("a writer panicked")?.context("a benchmark write failed")?;
     }
-    let mut delivered = 0;
-    for watcher in watchers {
-        delivered += watcher.await.context("a watcher panicked")?;
-    }
-    let elapsed = started.elapsed().as_secs_f64();
-    let done = per_writer * writers;
-    if watcher_count > 0 && delivered < done * watcher_count {
-        anyhow::bail!("only {delivered} of {} watch events arrived", done * watcher_count);
-    }
-    Ok(Row {
-        writes_per_second: done as f64 / elapsed,
-        micros_per_write: elapsed * 1e6 / done as f64,
-        events_delivered: delivered,
-        events_per_second: delivered as f64 / elapsed,
-    })
+    Ok(per_writer * writers)
 }

@@ -3,6 +3,7 @@
 //! figures as JSON (docs/benchmarks.md holds a run's output).
 
 mod apiserver;
+mod cluster;
 mod table;
 
 use std::path::{Path, PathBuf};
@@ -25,11 +26,21 @@ enum Case {
     /// The embedded API server in-process: merge-patch writes per second
     /// through a kube client, alone and with watchers attached.
     Apiserver(apiserver::ApiserverArgs),
+    /// B2: a burst of binds against a real kube-apiserver (`--kubeconfig`),
+    /// the operator as its own process, against the server's raw write
+    /// ceiling measured in the same run.
+    Real(cluster::RealArgs),
+    /// B5: the operator process's peak RSS with 1,000 and 10,000 pods and
+    /// as many claims in its caches (on `cnpool dev`'s embedded server).
+    Memory(cluster::MemoryArgs),
 }
 
 pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
-    let tables = match &args.case {
-        Case::Apiserver(case) => vec![apiserver::run(case).await?],
+    // An interrupted case drops its future, and with it the processes it
+    // started (each is killed when dropped).
+    let tables = tokio::select! {
+        tables = run_case(&args.case) => tables?,
+        () = crate::operator::shutdown_signal() => anyhow::bail!("interrupted; the case's processes are stopped"),
     };
     for table in &tables {
         table.print();
@@ -38,6 +49,14 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         write_json(path, &tables)?;
     }
     Ok(())
+}
+
+async fn run_case(case: &Case) -> anyhow::Result<Vec<Table>> {
+    Ok(match case {
+        Case::Apiserver(case) => vec![apiserver::run(case).await?],
+        Case::Real(case) => vec![cluster::real(case).await?],
+        Case::Memory(case) => vec![cluster::memory(case).await?],
+    })
 }
 
 fn write_json(path: &Path, tables: &[Table]) -> anyhow::Result<()> {

@@ -1,0 +1,398 @@
+//! Cases with the operator as its own process: `cnpool operator` beside a
+//! `cnpool dev --no-operator` (the simulated kubelet, CNs and HAKeeper over
+//! morpc), both children of this process, killed when the case ends
+//! (also on error). Their logs go to a directory the table names.
+//!
+//! - [`real`] (B2): a burst of binds against a real kube-apiserver.
+//! - [`memory`] (B5): the operator's peak RSS over large caches.
+
+mod memory;
+mod real;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use cnpool_api::{CNClaim, CNPool, CNPoolStatus};
+use futures::{StreamExt, TryStreamExt};
+use kube::api::{Api, PostParams};
+use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+pub use memory::{MemoryArgs, memory};
+pub use real::{RealArgs, real};
+
+/// The pool every case fills and binds from.
+const POOL: &str = "bench";
+
+/// A child process of the case, killed (and reaped) when dropped.
+struct Process {
+    name: &'static str,
+    child: Child,
+    log: PathBuf,
+}
+
+impl Process {
+    /// Starts `cnpool ARGS`, its stdout and stderr to `logs/NAME.log`.
+    fn start(name: &'static str, args: &[String], logs: &Path) -> anyhow::Result<Self> {
+        let binary = std::env::current_exe().context("finding the cnpool binary to start")?;
+        let log = logs.join(format!("{name}.log"));
+        let file = std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
+        let child = Command::new(binary)
+            .args(args)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(file.try_clone().with_context(|| format!("opening {} twice", log.display()))?)
+            .stderr(file)
+            .spawn()
+            .with_context(|| format!("starting cnpool {name}"))?;
+        Ok(Self { name, child, log })
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Fails, naming the log, if the process has exited.
+    fn ensure_running(&mut self) -> anyhow::Result<()> {
+        match self.child.try_wait().with_context(|| format!("checking on cnpool {}", self.name))? {
+            None => Ok(()),
+            Some(status) => anyhow::bail!("cnpool {} exited ({status}); see {}", self.name, self.log.display()),
+        }
+    }
+
+    /// The process's peak resident set (VmHWM), in MiB.
+    fn peak_rss_mib(&self) -> anyhow::Result<f64> {
+        let path = format!("/proc/{}/status", self.pid());
+        let status = std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
+        let kib = status
+            .lines()
+            .find_map(|line| line.strip_prefix("VmHWM:"))
+            .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+            .with_context(|| format!("{path} has no VmHWM line"))?;
+        Ok(kib / 1024.0)
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A loopback address no one listens on now, for a child to bind.
+fn free_port() -> anyhow::Result<SocketAddr> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").context("finding a free loopback port")?;
+    listener.local_addr().context("finding a free loopback port")
+}
+
+/// A directory for the case's logs, named after the case and this process.
+fn log_dir(case: &str) -> anyhow::Result<PathBuf> {
+    let dir = std::env::temp_dir().join(format!("cnpool-bench-{case}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    Ok(dir)
+}
+
+/// Polls `check` every 200 ms until it answers `Some`, failing after
+/// `within` with `what` and the last thing `check` saw. `process`, when
+/// given, must keep running meanwhile.
+async fn wait_for<T, F, Fut>(
+    what: &str,
+    within: Duration,
+    mut process: Option<&mut Process>,
+    mut check: F,
+) -> anyhow::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, String>>,
+{
+    let started = Instant::now();
+    loop {
+        if let Some(process) = process.as_deref_mut() {
+            process.ensure_running().with_context(|| format!("waiting for {what}"))?;
+        }
+        match check().await {
+            Ok(value) => return Ok(value),
+            Err(seen) if started.elapsed() > within => {
+                anyhow::bail!("{what}: not within {}s; last seen: {seen}", within.as_secs())
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    }
+}
+
+/// The simulated node side: `cnpool dev --no-operator`, against the cluster
+/// of a kubeconfig or serving the embedded API server itself.
+struct NodeSide {
+    process: Process,
+    /// The simulated HAKeeper's address (morpc), the operator's discovery address.
+    discovery: SocketAddr,
+}
+
+impl NodeSide {
+    /// Starts it against the cluster of `kubeconfig`.
+    async fn against(kubeconfig: &Path, logs: &Path) -> anyhow::Result<Self> {
+        Self::start(&["--cluster".to_owned(), kubeconfig.display().to_string()], logs).await
+    }
+
+    /// Starts it serving the embedded API server on loopback, its
+    /// kubeconfig written to `kubeconfig`.
+    async fn serving(kubeconfig: &Path, logs: &Path) -> anyhow::Result<Self> {
+        let api = ["--listen".to_owned(), free_port()?.to_string()];
+        Self::start(&[&api[..], &["--kubeconfig".to_owned(), kubeconfig.display().to_string()]].concat(), logs).await
+    }
+
+    async fn start(api: &[String], logs: &Path) -> anyhow::Result<Self> {
+        let discovery = free_port()?;
+        let mut args = vec!["dev".to_owned(), "--no-operator".to_owned(), "--hakeeper-listen".to_owned()];
+        args.push(discovery.to_string());
+        args.extend_from_slice(api);
+        let mut process = Process::start("dev", &args, logs)?;
+        // HAKeeper binds after the CRDs are installed and the kubeconfig is
+        // written, just before the node side starts.
+        wait_for("the simulated HAKeeper", Duration::from_secs(60), Some(&mut process), || async {
+            tokio::net::TcpStream::connect(discovery).await.map(drop).map_err(|error| error.to_string())
+        })
+        .await?;
+        Ok(Self { process, discovery })
+    }
+}
+
+/// A `cnpool operator` process, scoped to one namespace, without leader
+/// election (the embedded server has no server-side apply, and one
+/// replica needs none).
+struct Operator {
+    process: Process,
+    probes: SocketAddr,
+}
+
+impl Operator {
+    async fn start(
+        kubeconfig: &Path,
+        namespace: &str,
+        node_side: &NodeSide,
+        workers: u16,
+        logs: &Path,
+    ) -> anyhow::Result<Self> {
+        let probes = free_port()?;
+        let args = [
+            "operator",
+            "--kubeconfig",
+            &kubeconfig.display().to_string(),
+            "--namespace",
+            namespace,
+            "--hakeeper-discovery",
+            &node_side.discovery.to_string(),
+            "--workers",
+            &workers.to_string(),
+            "--leader-elect=false",
+            "--identity",
+            "cnpool-bench",
+            "--probe-listen",
+            &probes.to_string(),
+        ]
+        .map(str::to_owned);
+        let process = Process::start("operator", &args, logs)?;
+        let mut operator = Self { process, probes };
+        let address = operator.probes;
+        wait_for(
+            "the operator's caches listed (/readyz)",
+            Duration::from_secs(300),
+            Some(&mut operator.process),
+            || async move {
+                match http_get(address, "/readyz").await {
+                    Ok((200, _)) => Ok(()),
+                    Ok((code, body)) => Err(format!("{code} {}", body.trim())),
+                    Err(error) => Err(format!("{error:#}")),
+                }
+            },
+        )
+        .await?;
+        Ok(operator)
+    }
+
+    /// The operator's /metrics, failing if it has exited.
+    async fn metrics(&mut self) -> anyhow::Result<Metrics> {
+        self.process.ensure_running()?;
+        scrape(self.probes).await
+    }
+}
+
+/// The /metrics of the operator whose probes are at `probes`.
+async fn scrape(probes: SocketAddr) -> anyhow::Result<Metrics> {
+    match http_get(probes, "/metrics").await? {
+        (200, body) => Ok(Metrics(body)),
+        (code, body) => anyhow::bail!("the operator's /metrics answered {code}: {}", body.trim()),
+    }
+}
+
+/// A plain HTTP/1.0 GET: the status code and the body.
+async fn http_get(address: SocketAddr, path: &str) -> anyhow::Result<(u16, String)> {
+    let mut stream =
+        tokio::net::TcpStream::connect(address).await.with_context(|| format!("connecting to {address}"))?;
+    let request = format!("GET {path} HTTP/1.0\r\nHost: {address}\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.with_context(|| format!("GET {address}{path}"))?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.with_context(|| format!("GET {address}{path}: reading"))?;
+    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
+    let code = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .with_context(|| format!("GET {address}{path}: no status line in {head:?}"))?;
+    Ok((code, body.to_owned()))
+}
+
+/// A Prometheus text exposition.
+struct Metrics(String);
+
+/// Write verbs as the operator's request counter names them, and as the
+/// kube-apiserver's `apiserver_request_total` does (upper case, APPLY for
+/// server-side apply).
+const WRITE_VERBS: [&str; 7] = ["create", "update", "patch", "delete", "post", "put", "apply"];
+
+impl Metrics {
+    /// The samples of `name`: their labels and values.
+    fn samples<'a>(&'a self, name: &'a str) -> impl Iterator<Item = (Labels<'a>, f64)> + 'a {
+        self.0.lines().filter_map(move |line| {
+            let (labels, value) = line.strip_prefix(name)?.strip_prefix('{')?.rsplit_once('}')?;
+            Some((Labels(labels), value.split_whitespace().next()?.parse::<f64>().ok()?))
+        })
+    }
+
+    /// The samples of `name` that count write requests (by their `verb`).
+    fn write_samples<'a>(&'a self, name: &'a str) -> impl Iterator<Item = (Labels<'a>, f64)> + 'a {
+        self.samples(name).filter(|(labels, _)| {
+            labels.get("verb").is_some_and(|verb| WRITE_VERBS.iter().any(|write| write.eq_ignore_ascii_case(verb)))
+        })
+    }
+
+    /// The sum of every sample of `name`.
+    fn total(&self, name: &str) -> f64 {
+        self.samples(name).map(|(_, value)| value).sum()
+    }
+
+    /// Write requests counted in `name`.
+    fn writes(&self, name: &str) -> f64 {
+        self.write_samples(name).map(|(_, value)| value).sum()
+    }
+}
+
+/// The inside of a sample's `{…}`.
+struct Labels<'a>(&'a str);
+
+impl Labels<'_> {
+    fn get(&self, key: &str) -> Option<&str> {
+        let start = self.0.find(&format!("{key}=\""))? + key.len() + 2;
+        let length = self.0[start..].find('"')?;
+        Some(&self.0[start..start + length])
+    }
+}
+
+/// Creates the pool the cases bind from: `size` warm pods and no more
+/// (maxIdle = maxPods = size), so that binding them all makes no new pods.
+async fn create_pool(client: &kube::Client, namespace: &str, size: usize) -> anyhow::Result<()> {
+    let pool: CNPool = serde_json::from_value(json!({
+        "apiVersion": "core.matrixorigin.io/v1alpha1",
+        "kind": "CNPool",
+        "metadata": {"name": POOL, "namespace": namespace},
+        "spec": {
+            "template": {"spec": {"containers": [{"name": "cn", "image": "matrixorigin/matrixone:bench"}]}},
+            "podLabels": {"tier": "standard"},
+            "strategy": {"scaleStrategy": {"maxIdle": size, "maxPods": size}},
+        },
+    }))
+    .context("building the pool")?;
+    let pools: Api<CNPool> = Api::namespaced(client.clone(), namespace);
+    pools.create(&PostParams::default(), &pool).await.context("creating the pool")?;
+    Ok(())
+}
+
+/// Creates claims 0..`claims`, `creators` at a time; returns each one's
+/// name and when its create was sent.
+async fn create_claims(
+    client: &kube::Client,
+    namespace: &str,
+    claims: usize,
+    creators: usize,
+) -> anyhow::Result<Vec<(String, Instant)>> {
+    let api: Api<CNClaim> = Api::namespaced(client.clone(), namespace);
+    futures::stream::iter(0..claims)
+        .map(|index| {
+            let api = api.clone();
+            async move {
+                let claim = claim(namespace, index)?;
+                let sent = Instant::now();
+                api.create(&PostParams::default(), &claim).await.with_context(|| format!("creating claim {index}"))?;
+                Ok::<_, anyhow::Error>((claim_name(index), sent))
+            }
+        })
+        .buffer_unordered(creators)
+        .try_collect()
+        .await
+}
+
+/// Claim `index` of a case: nominated to the pool, with a CN label of its
+/// own, as a tenant's claim has.
+fn claim(namespace: &str, index: usize) -> anyhow::Result<CNClaim> {
+    serde_json::from_value(json!({
+        "apiVersion": "core.matrixorigin.io/v1alpha1",
+        "kind": "CNClaim",
+        "metadata": {"name": claim_name(index), "namespace": namespace},
+        "spec": {
+            "selector": {"matchLabels": {"tier": "standard"}},
+            "poolName": POOL,
+            "cnLabels": [{"key": "account", "values": [format!("tenant-{index}")]}],
+            "ownerName": format!("tenant-{index}"),
+        },
+    }))
+    .context("building a claim")
+}
+
+fn claim_name(index: usize) -> String {
+    format!("bench-{index:05}")
+}
+
+/// A count of the pool's status to wait for.
+#[derive(Clone, Copy, Debug)]
+enum PoolCount {
+    Idle,
+    Bound,
+}
+
+impl PoolCount {
+    fn of(self, status: &CNPoolStatus) -> i32 {
+        match self {
+            Self::Idle => status.idle,
+            Self::Bound => status.bound,
+        }
+    }
+}
+
+/// Waits until the pool's status counts `expected` pods as `count` says,
+/// the operator running meanwhile.
+async fn wait_for_pool(
+    client: &kube::Client,
+    namespace: &str,
+    operator: &mut Operator,
+    count: PoolCount,
+    expected: usize,
+    within: Duration,
+) -> anyhow::Result<()> {
+    let pools: Api<CNPool> = Api::namespaced(client.clone(), namespace);
+    let what = format!("{expected} {count:?} pods in pool {namespace}/{POOL}");
+    wait_for(&what, within, Some(&mut operator.process), || async {
+        let pool = pools.get(POOL).await.map_err(|error| error.to_string())?;
+        let status = pool.status.unwrap_or_default();
+        let seen = count.of(&status);
+        if usize::try_from(seen).is_ok_and(|seen| seen == expected) {
+            Ok(())
+        } else {
+            Err(format!("{seen} {count:?} of {} pods", status.replicas))
+        }
+    })
+    .await
+}

@@ -1,0 +1,262 @@
+//! B2: a burst of binds against a real kube-apiserver, the operator as its
+//! own process, set against the server's raw write ceiling measured in the
+//! same run.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use cnpool_api::{CNClaim, CNPool, ClaimPhase};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, ServiceAccount};
+use kube::api::{Api, ListParams, PostParams, WatchEvent, WatchParams};
+use serde_json::json;
+
+use super::{Metrics, NodeSide, Operator, PoolCount, create_claims, create_pool, log_dir, wait_for, wait_for_pool};
+use crate::bench::Table;
+use crate::bench::apiserver::{create_targets, patch_targets};
+
+#[derive(clap::Args)]
+pub struct RealArgs {
+    /// Kubeconfig of the cluster; its user needs cluster-admin rights (the
+    /// case installs the CRDs and creates a namespace), and the operator
+    /// process uses it too.
+    #[arg(long, value_name = "PATH")]
+    kubeconfig: PathBuf,
+    /// Claims in the burst; as many warm pods wait for them.
+    #[arg(long, default_value_t = 500)]
+    claims: usize,
+    /// Claims being created at once.
+    #[arg(long, default_value_t = 32)]
+    creators: usize,
+    /// The operator's `--workers`.
+    #[arg(long, default_value_t = 4)]
+    workers: u16,
+    /// Concurrent writers measuring the raw write ceiling.
+    #[arg(long, default_value_t = 16)]
+    ceiling_writers: usize,
+    /// Merge patches measuring the raw write ceiling.
+    #[arg(long, default_value_t = 8_000)]
+    ceiling_writes: usize,
+}
+
+/// Fraction of the ceiling-bound bind rate the operator should reach.
+const RATE_TARGET: f64 = 0.7;
+/// Claim created → Bound, 99th percentile, seconds.
+const P99_TARGET: f64 = 2.0;
+
+pub async fn real(args: &RealArgs) -> anyhow::Result<Table> {
+    let claims = args.claims.max(1);
+    let logs = log_dir("real")?;
+    let config = crate::operator::kube_config(Some(&args.kubeconfig)).await?;
+    let client = kube::Client::try_from(config).context("--kubeconfig: building the Kubernetes client")?;
+    crate::dev::install_crds(client.clone()).await?;
+    let namespace = fresh_namespace(&client).await?;
+    let node_side = NodeSide::against(&args.kubeconfig, &logs).await?;
+    let mut operator = Operator::start(&args.kubeconfig, &namespace, &node_side, args.workers, &logs).await?;
+
+    let ceiling = write_ceiling(&client, &namespace, args.ceiling_writers.max(1), args.ceiling_writes).await?;
+    create_pool(&client, &namespace, claims).await?;
+    wait_for_pool(&client, &namespace, &mut operator, PoolCount::Idle, claims, Duration::from_secs(600)).await?;
+
+    let (operator_before, server_before) = (operator.metrics().await?, server_metrics(&client).await?);
+    let burst = burst(&client, &namespace, claims, args.creators.max(1)).await?;
+    // The last binds' trailing writes (the pool's status) belong to the burst.
+    wait_for_pool(&client, &namespace, &mut operator, PoolCount::Bound, claims, Duration::from_secs(60)).await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (operator_after, server_after) = (operator.metrics().await?, server_metrics(&client).await?);
+    drop(operator);
+    drop(node_side);
+
+    let operator_writes = operator_after.writes(OPERATOR_REQUESTS) - operator_before.writes(OPERATOR_REQUESTS);
+    let writes_per_bind = operator_writes / claims as f64;
+    let ceiling_binds = ceiling / (writes_per_bind + 1.0);
+    let binds_per_second = claims as f64 / burst.elapsed.as_secs_f64();
+    let fraction = binds_per_second / ceiling_binds;
+    let mut latencies: Vec<f64> = burst.latencies.iter().map(Duration::as_secs_f64).collect();
+    latencies.sort_by(f64::total_cmp);
+    let (p50, p99) = (quantile(&latencies, 0.5), quantile(&latencies, 0.99));
+    let server_writes = server_after.writes(SERVER_REQUESTS) - server_before.writes(SERVER_REQUESTS);
+
+    let mut table = Table::new(
+        "real",
+        "B2: burst bind against a real kube-apiserver, the operator as its own process",
+        &["measure", "value", "target", "met"],
+    );
+    let row = |table: &mut Table, measure: &str, value: f64, target: Option<(String, bool)>| {
+        let (target, met) = target.map_or((json!(null), json!(null)), |(target, met)| (json!(target), json!(met)));
+        table.row(vec![json!(measure), json!(round(value)), target, met]);
+    };
+    row(&mut table, "claims (and warm pods)", claims as f64, None);
+    row(&mut table, "raw write ceiling, writes/s", ceiling, None);
+    row(&mut table, "operator writes per bind", writes_per_bind, None);
+    row(&mut table, "ceiling ÷ (writes per bind + 1), binds/s", ceiling_binds, None);
+    row(&mut table, "binds/s", binds_per_second, None);
+    let rate_target = (format!("≥ {RATE_TARGET}"), fraction >= RATE_TARGET);
+    row(&mut table, "binds/s ÷ (ceiling ÷ (writes per bind + 1))", fraction, Some(rate_target));
+    row(&mut table, "created → Bound p50, s", p50, None);
+    row(&mut table, "created → Bound p99, s", p99, Some((format!("≤ {P99_TARGET}"), p99 <= P99_TARGET)));
+    row(&mut table, "server writes/s in the burst (all clients)", server_writes / burst.elapsed.as_secs_f64(), None);
+    table.note(format!(
+        "burst: {claims} claims created {} at a time, all Bound {:.2}s after the first create; operator --workers {}",
+        args.creators.max(1),
+        burst.elapsed.as_secs_f64(),
+        args.workers
+    ));
+    table.note(format!(
+        "ceiling: {} merge patches of ConfigMaps by {} concurrent writers before the pool existed",
+        args.ceiling_writes,
+        args.ceiling_writers.max(1)
+    ));
+    table.note(format!("operator writes in the burst: {}", write_breakdown(&operator_before, &operator_after)));
+    table.note(format!(
+        "namespace {namespace} is left behind (its pods and claims hold finalizers); logs in {}",
+        logs.display()
+    ));
+    table.note("the operator uses the kubeconfig's user (cluster-admin), not a ServiceAccount");
+    Ok(table)
+}
+
+/// The operator's request counter and the kube-apiserver's.
+const OPERATOR_REQUESTS: &str = "cnpool_api_requests_total";
+const SERVER_REQUESTS: &str = "apiserver_request_total";
+
+/// Rounds to three significant decimals, enough for every figure here.
+fn round(value: f64) -> f64 {
+    (value * 1_000.0).round() / 1_000.0
+}
+
+/// The `q` quantile of `sorted` (nearest rank).
+fn quantile(sorted: &[f64], q: f64) -> f64 {
+    let rank = (q * sorted.len() as f64).ceil() as usize;
+    sorted.get(rank.saturating_sub(1)).copied().unwrap_or(f64::NAN)
+}
+
+/// The operator's writes between two scrapes, by verb and resource.
+fn write_breakdown(before: &Metrics, after: &Metrics) -> String {
+    let by_kind = |metrics: &Metrics| {
+        let mut writes: BTreeMap<String, f64> = BTreeMap::new();
+        for (labels, value) in metrics.write_samples(OPERATOR_REQUESTS) {
+            let kind = format!("{} {}", labels.get("verb").unwrap_or("?"), labels.get("resource").unwrap_or("?"));
+            *writes.entry(kind).or_default() += value;
+        }
+        writes
+    };
+    let before = by_kind(before);
+    let parts: Vec<String> = by_kind(after)
+        .into_iter()
+        .map(|(kind, count)| (count - before.get(&kind).copied().unwrap_or_default(), kind))
+        .filter(|(count, _)| *count > 0.0)
+        .map(|(count, kind)| format!("{kind} {count}"))
+        .collect();
+    parts.join(", ")
+}
+
+/// The kube-apiserver's own metrics.
+async fn server_metrics(client: &kube::Client) -> anyhow::Result<Metrics> {
+    let request = http::Request::get("/metrics").body(Vec::new()).context("building GET /metrics")?;
+    let text = client.request_text(request).await.context("GET /metrics of the kube-apiserver")?;
+    Ok(Metrics(text))
+}
+
+/// A namespace of its own for the run, once pods can be created in it (a
+/// 1.20 server refuses them until the default ServiceAccount has a token),
+/// with the CRDs served.
+async fn fresh_namespace(client: &kube::Client) -> anyhow::Result<String> {
+    let seconds = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_secs();
+    let name = format!("cnpool-bench-{seconds}");
+    let namespace: Namespace = serde_json::from_value(json!({"metadata": {"name": name}}))?;
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    namespaces
+        .create(&PostParams::default(), &namespace)
+        .await
+        .with_context(|| format!("creating namespace {name}"))?;
+    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), &name);
+    wait_for("the namespace's default ServiceAccount token", Duration::from_secs(60), None, || async {
+        let account = accounts.get_opt("default").await.map_err(|error| error.to_string())?;
+        match account.and_then(|account| account.secrets).filter(|secrets| !secrets.is_empty()) {
+            Some(_) => Ok(()),
+            None => Err("no token yet".to_owned()),
+        }
+    })
+    .await?;
+    let pools: Api<CNPool> = Api::namespaced(client.clone(), &name);
+    wait_for("the CRDs served", Duration::from_secs(60), None, || async {
+        pools.list(&ListParams::default().limit(1)).await.map(drop).map_err(|error| error.to_string())
+    })
+    .await?;
+    Ok(name)
+}
+
+/// Merge patches per second a plain client gets from the server.
+async fn write_ceiling(client: &kube::Client, namespace: &str, writers: usize, writes: usize) -> anyhow::Result<f64> {
+    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
+    create_targets(&maps, writers).await?;
+    let started = Instant::now();
+    let done = patch_targets(&maps, writers, writes).await?;
+    Ok(done as f64 / started.elapsed().as_secs_f64())
+}
+
+struct Burst {
+    /// From the first create sent to the last claim seen Bound.
+    elapsed: Duration,
+    /// Each claim's, from its create sent to its watch event showing Bound.
+    latencies: Vec<Duration>,
+}
+
+/// Creates `claims` claims, `creators` at a time, and times each from the
+/// create sent to the watch event that shows it Bound.
+async fn burst(client: &kube::Client, namespace: &str, claims: usize, creators: usize) -> anyhow::Result<Burst> {
+    let api: Api<CNClaim> = Api::namespaced(client.clone(), namespace);
+    let listed = api.list(&ListParams::default().limit(1)).await.context("listing claims")?;
+    let version = listed.metadata.resource_version.unwrap_or_default();
+    let events = api.watch(&WatchParams::default(), &version).await.context("watching claims")?;
+    let watching = tokio::spawn(bound_times(events.boxed(), claims, Duration::from_secs(120)));
+    let started = Instant::now();
+    let created = match create_claims(client, namespace, claims, creators).await {
+        Ok(created) => created,
+        Err(error) => {
+            watching.abort();
+            return Err(error);
+        }
+    };
+    let bound = watching.await.context("the claim watch panicked")??;
+    let mut latencies = Vec::new();
+    for (name, sent) in created {
+        let at = bound.get(&name).with_context(|| format!("claim {name} was not seen Bound"))?;
+        latencies.push(at.saturating_duration_since(sent));
+    }
+    let last = bound.values().max().copied().unwrap_or(started);
+    Ok(Burst { elapsed: last.saturating_duration_since(started), latencies })
+}
+
+type ClaimEvents = futures::stream::BoxStream<'static, Result<WatchEvent<CNClaim>, kube::Error>>;
+
+/// When each claim was first seen Bound, until `claims` have been.
+async fn bound_times(
+    mut events: ClaimEvents,
+    claims: usize,
+    within: Duration,
+) -> anyhow::Result<HashMap<String, Instant>> {
+    let deadline = tokio::time::Instant::now() + within;
+    let mut bound = HashMap::new();
+    while bound.len() < claims {
+        let event = tokio::time::timeout_at(deadline, events.next()).await.map_err(|_| {
+            anyhow::anyhow!("only {} of {claims} claims Bound within {}s", bound.len(), within.as_secs())
+        })?;
+        match event {
+            Some(Ok(WatchEvent::Added(claim) | WatchEvent::Modified(claim))) => {
+                if claim.phase() == Some(ClaimPhase::Bound) {
+                    let name = claim.metadata.name.unwrap_or_default();
+                    bound.entry(name).or_insert_with(Instant::now);
+                }
+            }
+            Some(Ok(WatchEvent::Error(status))) => anyhow::bail!("the claim watch failed: {}", status.message),
+            Some(Ok(_)) => {}
+            Some(Err(error)) => return Err(anyhow::Error::from(error).context("the claim watch failed")),
+            None => anyhow::bail!("the claim watch ended with {} of {claims} claims Bound", bound.len()),
+        }
+    }
+    Ok(bound)
+}
