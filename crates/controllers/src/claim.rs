@@ -502,6 +502,9 @@ async fn step<R: StoreRegistry>(ctx: &Context<R>, snap: &mut Snapshot, key: &Key
             None => ctx.backoff(Kind::Claim, key),
         }))),
         ClaimStep::MarkBound => {
+            // The wait for the store is over: a refused write from here
+            // starts its own series instead of inheriting that wait's delay.
+            ctx.settled(Kind::Claim, key);
             if !mark_bound(ctx, snap, &view, store_view.as_ref()).await? {
                 // The claim changed since it was read: its watch wakes it.
                 return Ok(changed_since_read(ctx, &snap.claim));
