@@ -182,8 +182,14 @@ async fn a_lost_member_is_replaced_by_a_new_claim_on_another_pod() {
 
     let after = eventually("the lost member replaced", Duration::from_secs(60), || async {
         let pods = converged(&cluster, 2).await;
-        let uid = members(&cluster).await.get(&victim).and_then(|claim| claim.metadata.uid.clone());
-        if uid.as_deref() == Some(old_uid.as_str()) { Err("the old claim is still there".into()) } else { Ok(pods) }
+        // The old member may still show Bound before its loss is seen, and
+        // between the old member's deletion and its replacement there is
+        // none: only a member of another UID is the replacement.
+        match members(&cluster).await.get(&victim).and_then(|claim| claim.metadata.uid.clone()) {
+            Some(uid) if uid != old_uid => Ok(pods),
+            Some(_) => Err("the old claim is still there".into()),
+            None => Err("no replacement yet".into()),
+        }
     })
     .await;
     assert_eq!(after[&format!("{SET}-0")], before[&format!("{SET}-0")], "the healthy member keeps its pod");
