@@ -66,7 +66,7 @@ pub enum OwnerLabel {
 
 impl OwnerLabel {
     /// The owner a pod's labels name.
-    pub(crate) fn owner(self, object: &Value) -> Option<String> {
+    pub fn owner(self, object: &Value) -> Option<String> {
         let key = match self {
             OwnerLabel::ClaimUid => labels::CLAIM_UID,
             OwnerLabel::ClaimedBy => labels::CLAIMED_BY,

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context as TaskContext, Poll};
 use std::time::Duration;
 
-use axum::body::Body as AxumBody;
+use axum::body::{Body as AxumBody, HttpBody};
 use bytes::Bytes;
 use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt};
@@ -127,16 +127,19 @@ impl tower::Service<Request<kube::client::Body>> for Gate {
         let write = method != Method::GET;
         let event = path.contains("/events");
         self.ledger.operator_request(write, event);
+        self.ledger.operator_bytes(body_size(request.body()).unwrap_or_default(), 0);
         let (ledger, faults) = (self.ledger.clone(), self.faults.clone());
         if watch {
             return async move {
                 let response = router.oneshot(request).await?;
-                Ok(lagging_watch(response, &path, replica, faults, ledger))
+                let response = lagging_watch(response, &path, replica, faults, ledger.clone());
+                Ok(counted(response, ledger))
             }
             .boxed();
         }
         let verdict = if event { Verdict::Pass } else { self.verdict(write) };
-        async move {
+        let answer_ledger = ledger.clone();
+        let answer = async move {
             match verdict {
                 Verdict::Pass => {
                     let response = router.oneshot(request).await?;
@@ -169,9 +172,30 @@ impl tower::Service<Request<kube::client::Body>> for Gate {
                     Ok(status(StatusCode::GATEWAY_TIMEOUT, "Timeout", "injected: timed out after storage"))
                 }
             }
-        }
-        .boxed()
+        };
+        answer.map(move |answer| answer.map(|response| counted(response, answer_ledger))).boxed()
     }
+}
+
+/// A body's length, when known before it is read.
+fn body_size(body: &impl HttpBody) -> Option<u64> {
+    body.size_hint().exact()
+}
+
+/// `response`, its body's bytes counted as the operator's traffic: at once
+/// when its length is known, else (a watch) as the client reads it.
+fn counted(response: Response<AxumBody>, ledger: Arc<Ledger>) -> Response<AxumBody> {
+    if let Some(size) = body_size(response.body()) {
+        ledger.operator_bytes(0, size);
+        return response;
+    }
+    let (parts, body) = response.into_parts();
+    let frames = body.into_data_stream().inspect(move |frame| {
+        if let Ok(bytes) = frame {
+            ledger.operator_bytes(0, bytes.len() as u64);
+        }
+    });
+    Response::from_parts(parts, AxumBody::from_stream(frames))
 }
 
 /// The 410 a real server sends in a watch whose version has been compacted.

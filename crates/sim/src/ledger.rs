@@ -89,6 +89,32 @@ pub struct ApiCounts {
     pub event_writes: u64,
     /// Answers 409 Conflict or 422 (a failed JSON patch `test`).
     pub conflicts: u64,
+    /// Request bodies sent.
+    pub request_bytes: u64,
+    /// Response bodies received, watch streams included.
+    pub response_bytes: u64,
+}
+
+impl ApiCounts {
+    /// The traffic since `earlier`, a count this one grew from.
+    pub fn since(self, earlier: ApiCounts) -> ApiCounts {
+        ApiCounts {
+            requests: self.requests - earlier.requests,
+            writes: self.writes - earlier.writes,
+            event_writes: self.event_writes - earlier.event_writes,
+            conflicts: self.conflicts - earlier.conflicts,
+            request_bytes: self.request_bytes - earlier.request_bytes,
+            response_bytes: self.response_bytes - earlier.response_bytes,
+        }
+    }
+}
+
+/// A run's running totals at one moment.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Tally {
+    pub api: ApiCounts,
+    pub reconciles: u64,
+    pub log_lines: u64,
 }
 
 #[derive(Default)]
@@ -102,9 +128,12 @@ struct State {
     /// When each operator write (Events excluded) happened.
     write_times: Vec<Duration>,
     reconciles: u64,
-    /// When each reconcile happened, per object.
     /// Reconcile times by object and replica.
     reconciles_by_object: BTreeMap<String, Vec<Duration>>,
+    /// When each operator and world log line at INFO or above was written.
+    log_times: Vec<Duration>,
+    /// The times of those that name a claim (their `claim` field), by claim.
+    claim_log_times: BTreeMap<String, Vec<Duration>>,
 }
 
 struct Fnv(u64);
@@ -185,6 +214,23 @@ impl Ledger {
         self.state().api.conflicts += 1;
     }
 
+    /// An operator request's body, and its answer's.
+    pub fn operator_bytes(&self, sent: u64, received: u64) {
+        let mut state = self.state();
+        state.api.request_bytes += sent;
+        state.api.response_bytes += received;
+    }
+
+    /// A log line at INFO or above; `claim`, the claim it names.
+    pub fn log_line(&self, claim: Option<String>) {
+        let elapsed = self.elapsed();
+        let mut state = self.state();
+        state.log_times.push(elapsed);
+        if let Some(claim) = claim {
+            state.claim_log_times.entry(claim).or_default().push(elapsed);
+        }
+    }
+
     /// `replica` reconciled one object. Reconciles are counted per replica:
     /// I5's "no object reconciled more than 30 times in a minute" is a bound
     /// on one operator; two replicas of a split brain each do their own.
@@ -214,6 +260,36 @@ impl Ledger {
 
     pub fn reconciles(&self) -> u64 {
         self.state().reconciles
+    }
+
+    pub fn log_lines(&self) -> u64 {
+        self.state().log_times.len() as u64
+    }
+
+    pub fn tally(&self) -> Tally {
+        let state = self.state();
+        Tally { api: state.api, reconciles: state.reconciles, log_lines: state.log_times.len() as u64 }
+    }
+
+    /// Log lines written within `window`; only those naming `claim` when given.
+    pub fn log_lines_within(&self, window: std::ops::Range<Duration>, claim: Option<&str>) -> usize {
+        let state = self.state();
+        let times = match claim {
+            Some(claim) => state.claim_log_times.get(claim).map(Vec::as_slice).unwrap_or_default(),
+            None => &state.log_times,
+        };
+        times.iter().filter(|at| window.contains(at)).count()
+    }
+
+    /// Reconciles within `window` of every object reconciled in the run
+    /// (by any replica, zero included), by "kind namespace/name".
+    pub fn reconciles_within(&self, window: std::ops::Range<Duration>) -> BTreeMap<String, usize> {
+        let mut counts: BTreeMap<String, usize> = BTreeMap::new();
+        for (key, times) in &self.state().reconciles_by_object {
+            let object = key.split(" by ").next().unwrap_or(key).to_owned();
+            *counts.entry(object).or_default() += times.iter().filter(|at| window.contains(at)).count();
+        }
+        counts
     }
 
     /// Operator writes (Events excluded) at or after `since`.

@@ -19,5 +19,5 @@ pub mod run;
 pub mod scenario;
 pub mod summary;
 
-pub use run::{Controllers, Keep, Outcome, RunError, run};
+pub use run::{Controllers, Keep, Observer, Outcome, RunError, run, run_observed};
 pub use scenario::Scenario;

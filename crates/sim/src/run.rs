@@ -79,6 +79,14 @@ impl Controllers {
             Controllers::Legacy => "legacy",
         }
     }
+
+    /// The pod label these controllers lock a pod with.
+    pub fn owner_label(self) -> OwnerLabel {
+        match self {
+            Controllers::Cnpool => OwnerLabel::ClaimUid,
+            Controllers::Legacy => OwnerLabel::ClaimedBy,
+        }
+    }
 }
 
 /// What a run keeps beyond its counts.
@@ -109,23 +117,73 @@ pub enum RunError {
     CheckerLagged(u64),
 }
 
-/// Counts the log lines a run writes, at INFO or above.
-struct LineCounter(Arc<AtomicU64>);
+/// Counts the log lines a run writes, at INFO or above, in its ledger.
+struct LineCounter(Arc<Ledger>);
 
 impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for LineCounter {
     fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
         if *event.metadata().level() <= tracing::Level::INFO {
-            self.0.fetch_add(1, Ordering::Relaxed);
+            let mut claim = ClaimField(None);
+            event.record(&mut claim);
+            self.0.log_line(claim.0);
         }
     }
 }
 
+/// A log line's `claim` field (the claim's name).
+struct ClaimField(Option<String>);
+
+impl tracing::field::Visit for ClaimField {
+    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+        if field.name() == "claim" {
+            self.0 = Some(value.to_owned());
+        }
+    }
+
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        if field.name() == "claim" {
+            self.0 = Some(format!("{value:?}"));
+        }
+    }
+}
+
+/// Watches a run from outside, for measurements the checker does not
+/// make: sees every committed write as the checker does (in order, with
+/// the run's ledger), and the ledger once the run is over.
+pub trait Observer: Send + Sync {
+    fn commit(&self, _event: &Event, _ledger: &Ledger) {}
+    fn finished(&self, _ledger: &Ledger) {}
+}
+
+/// No observer.
+impl Observer for () {}
+
 /// Runs `scenario` with `seed` and `controllers` on this thread.
 pub fn run(scenario: &Scenario, seed: u64, controllers: Controllers, keep: Keep) -> Result<Outcome, RunError> {
+    run_observed(scenario, seed, controllers, keep, Arc::new(()))
+}
+
+/// [`run`], with `observer` watching.
+pub fn run_observed(
+    scenario: &Scenario,
+    seed: u64,
+    controllers: Controllers,
+    keep: Keep,
+    observer: Arc<dyn Observer>,
+) -> Result<Outcome, RunError> {
     // kube-runtime's watch backoff draws its jitter from fastrand's
     // thread-local generator: seed it, so that the jitter repeats too.
     fastrand::seed(seed);
-    let lines = Arc::new(AtomicU64::new(0));
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .map_err(RunError::Runtime)?;
+    // On the runtime's paused clock, where the run's virtual time begins.
+    let ledger = {
+        let _entered = runtime.enter();
+        Arc::new(Ledger::new(keep.trace))
+    };
     // CNPOOL_SIM_LOG=<filter> (e.g. `cnpool_controllers=debug`) prints the
     // run's logs to stderr, to follow one seed's decisions.
     let logs = std::env::var("CNPOOL_SIM_LOG").ok().map(|filter| {
@@ -134,15 +192,10 @@ pub fn run(scenario: &Scenario, seed: u64, controllers: Controllers, keep: Keep)
             .without_time()
             .with_filter(tracing_subscriber::EnvFilter::new(filter))
     });
-    let subscriber = tracing_subscriber::registry().with(LineCounter(lines.clone())).with(logs);
+    let subscriber = tracing_subscriber::registry().with(LineCounter(ledger.clone())).with(logs);
     let _guard = tracing::subscriber::set_default(subscriber);
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .start_paused(true)
-        .build()
-        .map_err(RunError::Runtime)?;
-    let mut outcome = runtime.block_on(simulate(scenario, seed, controllers, keep))?;
-    outcome.log_lines = lines.load(Ordering::Relaxed);
+    let outcome = runtime.block_on(simulate(scenario, seed, controllers, keep, ledger.clone(), observer.clone()))?;
+    observer.finished(&ledger);
     Ok(outcome)
 }
 
@@ -257,8 +310,14 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-async fn simulate(scenario: &Scenario, seed: u64, controllers: Controllers, keep: Keep) -> Result<Outcome, RunError> {
-    let ledger = Arc::new(Ledger::new(keep.trace));
+async fn simulate(
+    scenario: &Scenario,
+    seed: u64,
+    controllers: Controllers,
+    keep: Keep,
+    ledger: Arc<Ledger>,
+    observer: Arc<dyn Observer>,
+) -> Result<Outcome, RunError> {
     let clock = VirtualClock { start: Instant::now() };
     let server = ApiServer::builder().seed(seed).clock(Arc::new(clock.clone())).history(50_000).build();
     let mut commits = server.commits();
@@ -299,10 +358,7 @@ async fn simulate(scenario: &Scenario, seed: u64, controllers: Controllers, keep
         max_idle: scenario.pool.max_idle,
         start_delay: scenario.world.start_delay,
         store_missing_bound: sim.operator_config(0).store_missing_bound,
-        owner_label: match controllers {
-            Controllers::Cnpool => OwnerLabel::ClaimUid,
-            Controllers::Legacy => OwnerLabel::ClaimedBy,
-        },
+        owner_label: controllers.owner_label(),
     };
     let timeline = Arc::new(Mutex::new(keep.report.then(|| Timeline::new(bounds.owner_label))));
     let checker = Arc::new(Mutex::new(Checker::new(bounds)));
@@ -319,6 +375,7 @@ async fn simulate(scenario: &Scenario, seed: u64, controllers: Controllers, keep
                         Ok(event) => {
                             trace_commit(&ledger, &event);
                             lock(&checker).commit(&event, ledger.elapsed());
+                            observer.commit(&event, &ledger);
                             if let Some(timeline) = lock(&timeline).as_mut() {
                                 timeline.commit(&event, ledger.elapsed());
                             }
@@ -368,7 +425,7 @@ async fn simulate(scenario: &Scenario, seed: u64, controllers: Controllers, keep
         faults: ledger.faults(),
         api: ledger.api(),
         reconciles: ledger.reconciles(),
-        log_lines: 0,
+        log_lines: ledger.log_lines(),
         virtual_time: now,
         trace_digest: ledger.digest(),
         trace: ledger.take_lines(),

@@ -4,6 +4,7 @@
 
 mod apiserver;
 mod cluster;
+mod inprocess;
 mod table;
 
 use std::path::{Path, PathBuf};
@@ -26,10 +27,19 @@ enum Case {
     /// The embedded API server in-process: merge-patch writes per second
     /// through a kube client, alone and with watchers attached.
     Apiserver(apiserver::ApiserverArgs),
+    /// B1: claims created at once onto as many warm Idle pods, cnpool and
+    /// the legacy model in the simulator: binds/s, traffic per bind.
+    Burst(inprocess::BurstArgs),
     /// B2: a burst of binds against a real kube-apiserver (`--kubeconfig`),
     /// the operator as its own process, against the server's raw write
     /// ceiling measured in the same run.
     Real(cluster::RealArgs),
+    /// B3: Bound claims through a virtual hour with nothing changing:
+    /// writes, reconciles per object, log lines.
+    Steady(inprocess::SteadyArgs),
+    /// B4: one migration with a drain: its claim's reconciles, writes and
+    /// log lines, cnpool and the legacy model.
+    Migration(inprocess::MigrationArgs),
     /// B5: the operator process's peak RSS with 1,000 and 10,000 pods and
     /// as many claims in its caches (on `cnpool dev`'s embedded server).
     Memory(cluster::MemoryArgs),
@@ -54,7 +64,10 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
 async fn run_case(case: &Case) -> anyhow::Result<Vec<Table>> {
     Ok(match case {
         Case::Apiserver(case) => vec![apiserver::run(case).await?],
+        Case::Burst(case) => vec![inprocess::burst(case).await?],
         Case::Real(case) => vec![cluster::real(case).await?],
+        Case::Steady(case) => vec![inprocess::steady(case).await?],
+        Case::Migration(case) => vec![inprocess::migration(case).await?],
         Case::Memory(case) => vec![cluster::memory(case).await?],
     })
 }
