@@ -271,8 +271,11 @@ async fn step<R: StoreRegistry>(ctx: &Context<R>, snap: &mut Snapshot, key: &Key
     let pointed: Option<PodView> = snap.pointed.as_deref().map(read_pod).transpose()?;
     let source: Option<PodView> = snap.source.as_deref().map(read_pod).transpose()?;
     let pools = ctx.pool_views();
-    // Only a claim that may pick a pod from the pool needs its Idle pods.
-    let may_pick = !view.deleting && (view.pod_name.is_none() || view.phase == Some(ClaimPhase::Lost));
+    // Only a claim that may pick a pod from the pool needs its Idle pods
+    // (reading them all is most of a reconcile's cost in a large pool); one
+    // without its finalizer adds that first, whatever the pool offers.
+    let may_pick =
+        !view.deleting && view.has_finalizer && (view.pod_name.is_none() || view.phase == Some(ClaimPhase::Lost));
     let candidate_raw = if may_pick { candidate_pods(ctx, &view, &namespace) } else { Vec::new() };
     let candidates: Vec<PodView> = candidate_raw.iter().map(|pod| read_pod(pod)).collect::<Result<_, _>>()?;
     let held: Vec<&PodView> = owned

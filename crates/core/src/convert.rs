@@ -67,7 +67,6 @@ pub fn pod_view(pod: &Pod) -> Result<PodView, ConvertError> {
     let name: String = required(meta.name.as_ref(), "Pod", "metadata.name")?;
     let pod_phase = pod.status.as_ref().and_then(|status| status.phase.as_deref());
     let subdomain = pod.spec.as_ref().and_then(|spec| spec.subdomain.as_deref());
-    let computed_uuid = subdomain.zip(meta.namespace.as_deref()).map(|(sub, ns)| cn_store_uuid(&name, sub, ns));
     Ok(PodView {
         uid: required(meta.uid.as_ref(), "Pod", "metadata.uid")?,
         created: required(meta.creation_timestamp.as_ref(), "Pod", "metadata.creationTimestamp")?.0,
@@ -84,7 +83,10 @@ pub fn pod_view(pod: &Pod) -> Result<PodView, ConvertError> {
         delete_on_reclaim: annotation(labels::DELETE_ON_RECLAIM).is_some(),
         reclaimed_at: annotation(labels::RECLAIMED_AT).and_then(|time| time.parse().ok()),
         cordoned: annotation(labels::STORE_CORDON).is_some(),
-        store_uuid: label(labels::CN_UUID).or(computed_uuid),
+        // Hashing the name is the costly part of reading a pod: only for a
+        // pod without the label.
+        store_uuid: label(labels::CN_UUID)
+            .or_else(|| subdomain.zip(meta.namespace.as_deref()).map(|(sub, ns)| cn_store_uuid(&name, sub, ns))),
         deletion_cost: annotation(labels::POD_DELETION_COST).and_then(|cost| cost.parse().ok()).unwrap_or(0),
         binding: annotation(labels::BINDING).cloned(),
         workload: annotation(labels::SCORE).and_then(|score| workload_of_score(score)),
