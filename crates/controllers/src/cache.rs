@@ -23,6 +23,7 @@ use futures::StreamExt;
 use futures::future::Shared;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
+use kube::runtime::reflector::ObjectRef;
 use kube::runtime::reflector::store::Writer;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
@@ -371,7 +372,10 @@ pub async fn inform<K, I>(
     I: Index<K>,
 {
     let mut events = watcher(api, config).default_backoff().boxed();
-    let mut relisted: Option<(BTreeSet<Key>, Vec<Arc<K>>)> = None;
+    // The runtime's store and this cache share each object: the cache
+    // takes the store's copy rather than keeping one of its own.
+    let store = writer.as_reader();
+    let mut relisted: Option<(BTreeSet<Key>, Vec<ObjectRef<K>>)> = None;
     let mut on_first_list = Some(on_first_list);
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
@@ -393,7 +397,7 @@ pub async fn inform<K, I>(
             watcher::Event::InitApply(object) => {
                 if let Some((seen, listed)) = relisted.as_mut() {
                     seen.insert(key_of(&object));
-                    listed.push(Arc::new(object));
+                    listed.push(ObjectRef::from_obj(&object));
                 }
             }
             watcher::Event::InitDone => {
@@ -403,7 +407,8 @@ pub async fn inform<K, I>(
                         on_change((Some(&old), None));
                     }
                 }
-                for object in listed {
+                // In list order; the store holds the listed objects now.
+                for object in listed.iter().filter_map(|reference| store.get(reference)) {
                     let old = cache.upsert(object.clone());
                     on_change((old.as_ref(), Some(&object)));
                 }
@@ -412,7 +417,7 @@ pub async fn inform<K, I>(
                 }
             }
             watcher::Event::Apply(object) => {
-                let object = Arc::new(object);
+                let object = store.get(&ObjectRef::from_obj(&object)).unwrap_or_else(|| Arc::new(object));
                 let old = cache.upsert(object.clone());
                 on_change((old.as_ref(), Some(&object)));
             }
