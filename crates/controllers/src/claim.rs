@@ -428,8 +428,11 @@ async fn step<R: StoreRegistry>(ctx: &Context<R>, snap: &mut Snapshot, key: &Key
                 // its own series instead of inheriting that wait's delay.
                 ctx.settled(Kind::Claim, key);
             }
-            for pod in candidates.iter().take(ctx.config.acquire_attempts) {
-                let Some(raw) = raw(&read_pods, pod) else { continue };
+            let unreserved = candidates
+                .iter()
+                .filter_map(|pod| Some((pod, raw(&read_pods, pod)?)))
+                .filter(|(pod, _)| ctx.reserve_for_acquire(&pod.uid));
+            for (pod, raw) in unreserved.take(ctx.config.acquire_attempts) {
                 match ownership::transition(&ctx.client, &raw, Transition::Acquire(&view), ctx.now()).await? {
                     Outcome::Applied(written) => {
                         ctx.note_acquired(&pod.uid);

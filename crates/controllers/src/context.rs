@@ -163,7 +163,10 @@ const ACQUIRED_LATELY: Duration = Duration::from_secs(5);
 
 /// Notes `key` now, forgetting keys older than `horizon`.
 fn remember(map: &Mutex<BTreeMap<String, Instant>>, key: &str, horizon: Duration) {
-    let mut recent = lock(map);
+    note(&mut lock(map), key, horizon);
+}
+
+fn note(recent: &mut BTreeMap<String, Instant>, key: &str, horizon: Duration) {
     recent.retain(|_, at| at.elapsed() < horizon);
     recent.insert(key.to_owned(), Instant::now());
 }
@@ -269,6 +272,21 @@ impl<R> Context<R> {
 
     pub fn acquired_lately(&self, pod_uid: &str) -> bool {
         lock(&self.recently_acquired).get(pod_uid).is_some_and(|at| at.elapsed() < ACQUIRED_LATELY)
+    }
+
+    /// Notes the pod `pod_uid` as acquired now, unless it already was
+    /// lately: whether this caller may try to acquire it. Claims reconciled
+    /// at once then try different pods instead of racing for the first Idle
+    /// one, whose guarded write only one of them can win. A try that fails
+    /// leaves the note, as a lost race does.
+    pub fn reserve_for_acquire(&self, pod_uid: &str) -> bool {
+        // One lock for the test and the note: two workers cannot both pass.
+        let mut recent = lock(&self.recently_acquired);
+        if recent.get(pod_uid).is_some_and(|at| at.elapsed() < ACQUIRED_LATELY) {
+            return false;
+        }
+        note(&mut recent, pod_uid, self.config.requeue_max);
+        true
     }
 
     /// The claim `claim_uid` acquired a pod (or, with `false`, let go of
