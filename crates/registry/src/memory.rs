@@ -185,6 +185,11 @@ impl MemoryRegistry {
         self.state().stores.get(uuid).map(|entry| entry.store.clone())
     }
 
+    /// Reads one store as HAKeeper holds it now, without copying it.
+    pub fn inspect_store<T>(&self, uuid: &str, read: impl FnOnce(Option<&CnStore>) -> T) -> T {
+        read(self.state().stores.get(uuid).map(|entry| &entry.store))
+    }
+
     /// The workload set for a store, without going through fault injection.
     pub fn store_workload(&self, uuid: &str) -> Option<Workload> {
         self.state().stores.get(uuid).map(|entry| entry.workload)
@@ -197,6 +202,14 @@ impl MemoryRegistry {
             return;
         }
         self.state().faults.entry(kind).or_default().push_back(Fault { remaining: count, error });
+    }
+
+    /// Makes the next `count` calls of `kind` fail with `error`, in place of
+    /// whatever is left of faults queued for it: a passing outage rather
+    /// than a debt that the next caller pays, however much later.
+    pub fn fail_next_only(&self, kind: CallKind, count: u32, error: RegistryError) {
+        self.state().faults.remove(&kind);
+        self.fail_next(kind, count, error);
     }
 
     /// Drops every queued fault.

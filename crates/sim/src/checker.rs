@@ -132,12 +132,64 @@ impl ClaimRecord {
         self.recorded_pod.as_deref().or(Some(self.spec_pod.as_str()).filter(|pod| !pod.is_empty()))
     }
 
-    fn points_at(&self, pod: &str) -> bool {
-        self.spec_pod == pod || self.source_pod.as_deref() == Some(pod)
+    /// The pods the claim points at: its spec's pod and a migration's source.
+    fn pods_pointed_at(&self) -> impl Iterator<Item = &str> {
+        [Some(self.spec_pod.as_str()).filter(|pod| !pod.is_empty()), self.source_pod.as_deref()].into_iter().flatten()
     }
 }
 
 type Key = (String, String);
+
+/// What a bounded condition is about; with a name, one subject.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Subject {
+    Claim,
+    /// The store of a claim's pod.
+    ClaimStore,
+    Pod,
+    /// The store of a released pod.
+    PodStore,
+    /// The store of a deleted pod, by UUID.
+    Store,
+}
+
+/// Since when each bounded condition has held and whether its episode was
+/// reported, by (invariant, subject) and name. Nested so that the common
+/// case, a condition that does not hold, is looked up by `&str` without
+/// building a key.
+#[derive(Default)]
+struct Episodes(BTreeMap<(Invariant, Subject), BTreeMap<String, (Duration, bool)>>);
+
+impl Episodes {
+    /// A violation once `bad` has held longer than `bound`, once per episode.
+    fn track(
+        &mut self,
+        invariant: Invariant,
+        subject: Subject,
+        name: &str,
+        bad: Option<String>,
+        bound: Duration,
+        now: Duration,
+    ) -> Option<Violation> {
+        let Some(detail) = bad else {
+            if let Some(held) = self.0.get_mut(&(invariant, subject)) {
+                held.remove(name);
+            }
+            return None;
+        };
+        let held = self.0.entry((invariant, subject)).or_default();
+        if !held.contains_key(name) {
+            held.insert(name.to_owned(), (now, false));
+        }
+        let (since, reported) = held.get_mut(name)?;
+        if now - *since <= bound || *reported {
+            return None;
+        }
+        *reported = true;
+        let detail = format!("{detail} for {}s (bound {}s)", (now - *since).as_secs(), bound.as_secs());
+        Some(Violation { invariant, at_seconds: now.as_secs_f64(), detail })
+    }
+}
 
 fn str_at<'a>(object: &'a Value, pointer: &str) -> Option<&'a str> {
     object.pointer(pointer).and_then(Value::as_str)
@@ -196,10 +248,8 @@ pub struct Checker {
     bounds: Bounds,
     pods: BTreeMap<Key, PodRecord>,
     claims: BTreeMap<Key, ClaimRecord>,
-    /// Since when each bounded condition has held, by (invariant, subject).
-    since: BTreeMap<(Invariant, String), Duration>,
-    /// Conditions already reported in their current episode.
-    reported: BTreeSet<(Invariant, String)>,
+    /// The bounded conditions holding now.
+    episodes: Episodes,
     /// Stores of deleted pods, and when the pod went.
     removed_stores: BTreeMap<String, (Key, Duration)>,
     violations: Vec<Violation>,
@@ -211,8 +261,7 @@ impl Checker {
             bounds,
             pods: BTreeMap::new(),
             claims: BTreeMap::new(),
-            since: BTreeMap::new(),
-            reported: BTreeSet::new(),
+            episodes: Episodes::default(),
             removed_stores: BTreeMap::new(),
             violations: Vec::new(),
         }
@@ -316,106 +365,98 @@ impl Checker {
         }
     }
 
-    /// Tracks a bounded condition: a violation once `bad` has held longer
-    /// than `bound`, reported once per episode.
-    fn bounded(&mut self, invariant: Invariant, subject: String, bad: Option<String>, bound: Duration, now: Duration) {
-        let id = (invariant, subject);
-        match bad {
-            None => {
-                self.since.remove(&id);
-                self.reported.remove(&id);
-            }
-            Some(detail) => {
-                let since = *self.since.entry(id.clone()).or_insert(now);
-                if now - since > bound && self.reported.insert(id) {
-                    let detail = format!("{detail} for {}s (bound {}s)", (now - since).as_secs(), bound.as_secs());
-                    self.violate(invariant, now, detail);
-                }
-            }
-        }
-    }
-
     /// The bounded invariants, once per virtual second.
     pub fn tick(&mut self, now: Duration, registry: &MemoryRegistry) {
-        let claims: Vec<(Key, ClaimRecord)> = self.claims.iter().map(|(k, c)| (k.clone(), c.clone())).collect();
-        let pods: Vec<(Key, PodRecord)> = self.pods.iter().map(|(k, p)| (k.clone(), p.clone())).collect();
-        let store_bound = BOUND_30S + self.bounds.store_missing_bound;
-        let unusable = pods.iter().filter(|(_, pod)| pod.deleting || pod.failed).count();
-        let live_claims = claims.iter().filter(|(_, claim)| !claim.deleting).count();
-        let spare = live_claims + unusable < self.bounds.max_pods as usize;
-        let owner_label = self.bounds.owner_label;
-        for (key, claim) in &claims {
-            let subject = format!("claim {}", key.1);
+        // Borrowed apart: the records are read while the episodes change.
+        let Self { bounds, pods, claims, episodes, removed_stores, violations } = self;
+        let mut track = |invariant, subject, name: &str, bad: Option<String>, bound| {
+            if let Some(violation) = episodes.track(invariant, subject, name, bad, bound, now) {
+                violations.push(violation);
+            }
+        };
+        let store_bound = BOUND_30S + bounds.store_missing_bound;
+        let unusable = pods.values().filter(|pod| pod.deleting || pod.failed).count();
+        let live_claims = claims.values().filter(|claim| !claim.deleting).count();
+        let spare = live_claims + unusable < bounds.max_pods as usize;
+        let owner_label = bounds.owner_label;
+        for (key, claim) in claims.iter() {
+            let bound_pod = claim.bound_pod().map(|name| (name, pods.get(&(key.0.clone(), name.to_owned()))));
             // I2: a Bound claim's pod exists, is the recorded one and is owned by it.
-            let untruthful = claim.bound_pod().and_then(|name| {
-                let pod = self.pods.get(&(key.0.clone(), name.to_owned()));
-                match pod {
-                    None => Some(format!("claim {} Bound to pod {name}, which does not exist", key.1)),
-                    Some(pod) if claim.recorded_pod_uid.as_deref().is_some_and(|uid| uid != pod.uid) => {
-                        Some(format!("claim {} Bound to pod {name}, which was replaced", key.1))
-                    }
-                    Some(pod) if pod.owner.as_deref() != Some(owner_label.names(&key.1, claim)) => {
-                        Some(format!("claim {} Bound to pod {name}, which it does not own", key.1))
-                    }
-                    Some(_) => None,
+            let untruthful = bound_pod.and_then(|(name, pod)| match pod {
+                None => Some(format!("claim {} Bound to pod {name}, which does not exist", key.1)),
+                Some(pod) if claim.recorded_pod_uid.as_deref().is_some_and(|uid| uid != pod.uid) => {
+                    Some(format!("claim {} Bound to pod {name}, which was replaced", key.1))
                 }
+                Some(pod) if pod.owner.as_deref() != Some(owner_label.names(&key.1, claim)) => {
+                    Some(format!("claim {} Bound to pod {name}, which it does not own", key.1))
+                }
+                Some(_) => None,
             });
-            self.bounded(Invariant::I2, subject.clone(), untruthful, BOUND_30S, now);
-            let store_missing = claim.bound_pod().and_then(|name| {
-                let pod = self.pods.get(&(key.0.clone(), name.to_owned()))?;
-                let uuid = pod.store_uuid.as_deref()?;
-                (!pod.deleting && registry.store(uuid).is_none())
+            track(Invariant::I2, Subject::Claim, &key.1, untruthful, BOUND_30S);
+            let store_of_bound_pod = bound_pod.and_then(|(name, pod)| Some((name, pod?, pod?.store_uuid.as_deref()?)));
+            let store_missing = store_of_bound_pod.and_then(|(name, pod, uuid)| {
+                (!pod.deleting && registry.inspect_store(uuid, |store| store.is_none()))
                     .then(|| format!("claim {} Bound to pod {name}, whose store is missing", key.1))
             });
-            self.bounded(Invariant::I2, format!("{subject} store"), store_missing, store_bound, now);
+            track(Invariant::I2, Subject::ClaimStore, &key.1, store_missing, store_bound);
             // I4: with capacity to spare, a claim is Bound soon after its creation or loss.
             let waiting = (!claim.deleting && claim.phase != "Bound" && spare)
                 .then(|| format!("claim {} is {}", key.1, if claim.phase.is_empty() { "new" } else { &claim.phase }));
-            self.bounded(Invariant::I4, subject.clone(), waiting, BOUND_30S + self.bounds.start_delay, now);
+            track(Invariant::I4, Subject::Claim, &key.1, waiting, BOUND_30S + bounds.start_delay);
             // I7: a Bound claim's store carries its labels and is Working.
-            let disagreeing = claim.bound_pod().and_then(|name| {
-                let pod = self.pods.get(&(key.0.clone(), name.to_owned()))?;
-                let store = registry.store(pod.store_uuid.as_deref()?)?;
-                (store.work_state != WorkState::Working || store.labels != claim.cn_labels).then(|| {
-                    format!(
-                        "store of pod {name} (claim {}) is {:?} with labels {:?}",
-                        key.1, store.work_state, store.labels
-                    )
+            let disagreeing = store_of_bound_pod.and_then(|(name, _, uuid)| {
+                registry.inspect_store(uuid, |store| {
+                    let store = store?;
+                    (store.work_state != WorkState::Working || store.labels != claim.cn_labels).then(|| {
+                        format!(
+                            "store of pod {name} (claim {}) is {:?} with labels {:?}",
+                            key.1, store.work_state, store.labels
+                        )
+                    })
                 })
             });
-            self.bounded(Invariant::I7, subject, disagreeing, BOUND_30S, now);
+            track(Invariant::I7, Subject::Claim, &key.1, disagreeing, BOUND_30S);
         }
-        for (key, pod) in &pods {
+        // (namespace, owner, pod) for every pod a live claim points at.
+        let pointed: BTreeSet<(&str, &str, &str)> = claims
+            .iter()
+            .flat_map(|(key, claim)| {
+                let owner = owner_label.names(&key.1, claim);
+                claim.pods_pointed_at().map(move |pod| (key.0.as_str(), owner, pod))
+            })
+            .collect();
+        for (key, pod) in pods.iter() {
             // I3: a pod owned by a claim that does not point at it is released.
-            let leaked = pod.owner.as_ref().and_then(|owner| {
-                let pointed = claims.iter().any(|(claim_key, claim)| {
-                    claim_key.0 == key.0 && owner_label.names(&claim_key.1, claim) == owner && claim.points_at(&key.1)
-                });
-                (!pointed).then(|| format!("pod {} owned by {owner}, which no claim points at", key.1))
+            let leaked = pod.owner.as_deref().and_then(|owner| {
+                (!pointed.contains(&(key.0.as_str(), owner, key.1.as_str())))
+                    .then(|| format!("pod {} owned by {owner}, which no claim points at", key.1))
             });
-            self.bounded(Invariant::I3, format!("pod {}", key.1), leaked, BOUND_60S, now);
+            track(Invariant::I3, Subject::Pod, &key.1, leaked, BOUND_60S);
             // I7: a released store is Draining with no labels.
             let dirty = (pod.phase == "Draining" && pod.owner.is_none() && !pod.deleting)
-                .then(|| pod.store_uuid.as_deref().and_then(|uuid| registry.store(uuid)))
+                .then_some(pod.store_uuid.as_deref())
                 .flatten()
-                .filter(|store| store.work_state == WorkState::Working || !store.labels.is_empty())
-                .map(|store| {
-                    format!("released pod {}'s store is {:?} with labels {:?}", key.1, store.work_state, store.labels)
+                .and_then(|uuid| {
+                    registry.inspect_store(uuid, |store| {
+                        store.filter(|store| store.work_state == WorkState::Working || !store.labels.is_empty()).map(
+                            |store| {
+                                format!(
+                                    "released pod {}'s store is {:?} with labels {:?}",
+                                    key.1, store.work_state, store.labels
+                                )
+                            },
+                        )
+                    })
                 });
-            self.bounded(Invariant::I7, format!("pod {} store", key.1), dirty, BOUND_30S, now);
+            track(Invariant::I7, Subject::PodStore, &key.1, dirty, BOUND_30S);
         }
         // I7: a deleted pod's store is removed (unless a pod of the same name registered it again).
-        let removed: Vec<(String, Key)> =
-            self.removed_stores.iter().map(|(uuid, (key, _))| (uuid.clone(), key.clone())).collect();
-        for (uuid, key) in removed {
-            if self.pods.contains_key(&key) || registry.store(&uuid).is_none() {
-                self.removed_stores.remove(&uuid);
-                self.bounded(Invariant::I7, format!("store {uuid}"), None, BOUND_30S, now);
-            } else {
-                let detail = format!("store of deleted pod {} is still registered", key.1);
-                self.bounded(Invariant::I7, format!("store {uuid}"), Some(detail), BOUND_30S, now);
-            }
-        }
+        removed_stores.retain(|uuid, (key, _)| {
+            let gone = pods.contains_key(key) || registry.inspect_store(uuid, |store| store.is_none());
+            let detail = (!gone).then(|| format!("store of deleted pod {} is still registered", key.1));
+            track(Invariant::I7, Subject::Store, uuid, detail, BOUND_30S);
+            !gone
+        });
     }
 
     /// I5 and I6 once the run has settled: `quiet_writes` operator writes
