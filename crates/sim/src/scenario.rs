@@ -16,7 +16,10 @@ pub struct Scenario {
     #[serde(deserialize_with = "duration")]
     pub duration: Duration,
     /// How long the run goes on afterwards with neither, for the operator
-    /// to converge and then stay quiet (I5, I6).
+    /// to converge and then stay quiet (I5, I6). Shorter than
+    /// [`Scenario::min_settle`], the quiet minutes may fall before
+    /// convergence; shorter than [`QUIET_WINDOW`], all of it is the quiet
+    /// window.
     #[serde(deserialize_with = "duration")]
     pub settle: Duration,
     pub pool: PoolShape,
@@ -194,10 +197,22 @@ pub enum ScenarioError {
     },
 }
 
+/// The quiet minutes at the end of a run that must cost no operator write (I5).
+pub const QUIET_WINDOW: Duration = Duration::from_secs(600);
+
 impl Scenario {
     pub fn from_yaml(path: &str, text: &str) -> Result<Self, ScenarioError> {
         serde_saphyr::from_str(text)
             .map_err(|source| ScenarioError::Parse { path: path.to_owned(), source: Box::new(source) })
+    }
+
+    /// The shortest settle that still ends with [`QUIET_WINDOW`] after
+    /// convergence. The slowest legitimate convergence after the last
+    /// fault: a store vanishing then is noticed within a minute (the
+    /// store-missing bound), and its pod, with no store to drain, waits
+    /// out the pool's drain timeout before it is deleted.
+    pub fn min_settle(pool: &PoolShape) -> Duration {
+        QUIET_WINDOW + Duration::from_secs(60) + pool.drain_timeout
     }
 
     pub fn load(path: &str) -> Result<Self, ScenarioError> {
@@ -234,17 +249,18 @@ impl Scenario {
         }
         let duration = at + Duration::from_secs(60);
         let per_minute = |rng: &mut fastrand::Rng| rng.f64() * 0.6;
+        let pool = PoolShape {
+            name: "pool".into(),
+            max_idle: rng.u32(1..=3),
+            max_pods,
+            drain_timeout: Duration::from_secs(rng.u64(60..=300)),
+            min_delay: Duration::from_secs(rng.u64(1..=15)),
+        };
         Self {
             name: format!("random-{seed}"),
             duration,
-            settle: Duration::from_secs(15 * 60),
-            pool: PoolShape {
-                name: "pool".into(),
-                max_idle: rng.u32(1..=3),
-                max_pods,
-                drain_timeout: Duration::from_secs(rng.u64(60..=300)),
-                min_delay: Duration::from_secs(rng.u64(1..=15)),
-            },
+            settle: Self::min_settle(&pool),
+            pool,
             world: WorldShape {
                 start_delay: Duration::from_millis(rng.u64(500..=8000)),
                 stop_delay: Duration::from_millis(rng.u64(100..=3000)),
