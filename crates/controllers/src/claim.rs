@@ -107,6 +107,7 @@ use crate::context::{Context, Kind};
 use crate::error::{Error, is_not_found, is_stale};
 use crate::ownership::{self, Outcome, Transition};
 use crate::pool::read_pod;
+use crate::store::store_missing_noted;
 
 /// The condition type a claim reports its binding in.
 pub const BOUND_CONDITION: &str = "Bound";
@@ -265,11 +266,11 @@ async fn step<R: StoreRegistry>(ctx: &Context<R>, snap: &mut Snapshot, key: &Key
     let view = claim_view(&snap.claim)?;
     snap.refresh(ctx, &view).await?;
     let namespace = snap.namespace();
-    let owned: Vec<PodView> = snap.owned.iter().map(|pod| read_pod(pod)).collect::<Result<_, _>>()?;
+    let owned: Vec<PodView> = snap.owned.iter().map(|pod| read_pod(ctx, pod)).collect::<Result<_, _>>()?;
     #[cfg(feature = "sabotage")]
     let owned = crate::sabotage::hide_extra_pods(&view, owned);
-    let pointed: Option<PodView> = snap.pointed.as_deref().map(read_pod).transpose()?;
-    let source: Option<PodView> = snap.source.as_deref().map(read_pod).transpose()?;
+    let pointed: Option<PodView> = snap.pointed.as_deref().map(|pod| read_pod(ctx, pod)).transpose()?;
+    let source: Option<PodView> = snap.source.as_deref().map(|pod| read_pod(ctx, pod)).transpose()?;
     let pools = ctx.pool_views();
     // Only a claim that may pick a pod from the pool needs its Idle pods
     // (reading them all is most of a reconcile's cost in a large pool); one
@@ -277,7 +278,7 @@ async fn step<R: StoreRegistry>(ctx: &Context<R>, snap: &mut Snapshot, key: &Key
     let may_pick =
         !view.deleting && view.has_finalizer && (view.pod_name.is_none() || view.phase == Some(ClaimPhase::Lost));
     let candidate_raw = if may_pick { candidate_pods(ctx, &view, &namespace) } else { Vec::new() };
-    let candidates: Vec<PodView> = candidate_raw.iter().map(|pod| read_pod(pod)).collect::<Result<_, _>>()?;
+    let candidates: Vec<PodView> = candidate_raw.iter().map(|pod| read_pod(ctx, pod)).collect::<Result<_, _>>()?;
     let held: Vec<&PodView> = owned
         .iter()
         .chain(pointed.as_ref())
@@ -290,6 +291,11 @@ async fn step<R: StoreRegistry>(ctx: &Context<R>, snap: &mut Snapshot, key: &Key
     };
     let store_uuid = held_pod.and_then(|pod| pod.store_uuid.clone());
     let store_view = ctx.observe_store(store_uuid.as_deref());
+    let store_noted = held_pod
+        .and_then(|held| {
+            snap.owned.iter().chain(snap.pointed.as_ref()).find(|pod| pod.uid().as_deref() == Some(&held.uid))
+        })
+        .and_then(|pod| store_missing_noted(pod));
     let serving_since = match &view.source_pod {
         Some(_) => ctx.track_migration(&view.uid, held_pod.map(|pod| pod.uid.as_str())),
         None => None,
@@ -299,7 +305,7 @@ async fn step<R: StoreRegistry>(ctx: &Context<R>, snap: &mut Snapshot, key: &Key
         owned: &owned,
         pointed: pointed.as_ref(),
         read: snap.read,
-        store: ctx.observed(store_uuid.as_deref(), &store_view),
+        store: ctx.observed(store_uuid.as_deref(), &store_view, store_noted),
         candidates: &candidates,
         pools: &pools,
         now: ctx.now(),

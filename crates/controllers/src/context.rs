@@ -310,18 +310,38 @@ impl<R> Context<R> {
     }
 
     /// The store `uuid` as a claim decision sees it; `view` holds the
-    /// registered store's view, which the answer borrows.
-    pub fn observed<'a>(&self, uuid: Option<&str>, view: &'a Option<StoreView>) -> ObservedStore<'a> {
+    /// registered store's view, which the answer borrows; `noted` when the
+    /// store was noted missing on its pod (see [`Context::store_missing_since`]).
+    pub fn observed<'a>(
+        &self,
+        uuid: Option<&str>,
+        view: &'a Option<StoreView>,
+        noted: Option<Timestamp>,
+    ) -> ObservedStore<'a> {
         let Some(uuid) = uuid else { return ObservedStore::Unobserved };
         if let Some(view) = view {
             return ObservedStore::Registered(view);
         }
-        let mut snapshot = lock(&self.stores);
-        if !snapshot.listed {
-            return ObservedStore::Unobserved;
+        match self.store_missing_since(uuid, noted) {
+            Some(since) => ObservedStore::Missing { since },
+            None => ObservedStore::Unobserved,
         }
-        let since = *snapshot.missing_since.entry(uuid.to_owned()).or_insert_with(|| self.config.clock.now());
-        ObservedStore::Missing { since }
+    }
+
+    /// Since when the listed stores have lacked `uuid`; `None` while it is
+    /// registered or nothing was listed yet. The first sighting in this
+    /// process counts, or `noted`, when the pod's `cn-store` condition
+    /// recorded an earlier one: a restart forgets what memory held, and a
+    /// store vanishing just before it would otherwise be missing for the
+    /// bound twice over.
+    pub fn store_missing_since(&self, uuid: &str, noted: Option<Timestamp>) -> Option<Timestamp> {
+        let mut snapshot = lock(&self.stores);
+        if !snapshot.listed || snapshot.stores.contains_key(uuid) {
+            return None;
+        }
+        let since = snapshot.missing_since.entry(uuid.to_owned()).or_insert_with(|| self.config.clock.now());
+        *since = noted.map_or(*since, |noted| noted.min(*since));
+        Some(*since)
     }
 
     pub fn store(&self, uuid: &str) -> (bool, Option<CnStore>) {

@@ -13,6 +13,7 @@ use cnpool_core::convert::pod_view;
 use cnpool_core::model::PodView;
 use cnpool_core::pool::{Expectations, plan_pool};
 use cnpool_registry::StoreRegistry;
+use jiff::SignedDuration;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::core::v1::{PodTemplateSpec, Service, ServiceSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -77,15 +78,31 @@ pub fn service_name(pool: &str) -> String {
     pool.to_owned()
 }
 
-/// Reads a pool pod, judging a pod whose containers terminated as failed.
-pub(crate) fn read_pod(pod: &Pod) -> Result<PodView, Error> {
+/// Reads a pool pod, judging as failed a pod whose containers terminated,
+/// and an Idle pod whose store HAKeeper has not held for longer than the
+/// store-missing bound: it cannot serve a tenant, so no claim is offered it
+/// (a claim taking it would wait that bound again and be Lost) and its pool
+/// replaces it.
+pub(crate) fn read_pod<R>(ctx: &Context<R>, pod: &Pod) -> Result<PodView, Error> {
     let mut view = pod_view(pod)?;
     let terminated =
         pod.status.as_ref().and_then(|status| status.container_statuses.as_ref()).is_some_and(|containers| {
             containers.iter().any(|container| container.state.as_ref().is_some_and(|state| state.terminated.is_some()))
         });
-    view.failed |= terminated && !view.deleting;
+    let store_gone = idle_store_missing_since(ctx, pod, &view).is_some_and(|since| {
+        SignedDuration::try_from(ctx.config.store_missing_bound)
+            .is_ok_and(|bound| ctx.now().duration_since(since) >= bound)
+    });
+    view.failed |= (terminated || store_gone) && !view.deleting;
     Ok(view)
+}
+
+/// Since when HAKeeper has lacked the store of `view`, if it is an Idle pod.
+fn idle_store_missing_since<R>(ctx: &Context<R>, pod: &Pod, view: &PodView) -> Option<jiff::Timestamp> {
+    if view.phase != Some(PodPhase::Idle) {
+        return None;
+    }
+    ctx.store_missing_since(view.store_uuid.as_deref()?, crate::store::store_missing_noted(pod))
 }
 
 /// Whether `claim` waits for a pod of `pool`.
@@ -125,7 +142,7 @@ pub async fn reconcile<R: StoreRegistry + 'static>(pool: Arc<CNPool>, ctx: Arc<C
     let revision = ctx.pools.revision(&key).unwrap_or_else(|| template_revision(&pool.spec.template));
     let view = ctx.pool_view(&pool, &revision)?;
     let raw_pods = ctx.pods.in_pool(&namespace, &name);
-    let pods: Vec<PodView> = raw_pods.iter().map(|pod| read_pod(pod)).collect::<Result<_, _>>()?;
+    let pods: Vec<PodView> = raw_pods.iter().map(|pod| read_pod(&ctx, pod)).collect::<Result<_, _>>()?;
 
     if deleting && raw_pods.is_empty() {
         return remove_finalizer(&ctx, &pool).await;
@@ -183,7 +200,13 @@ pub async fn reconcile<R: StoreRegistry + 'static>(pool: Arc<CNPool>, ctx: Arc<C
         return Ok(Action::requeue(ctx.config.requeue_max));
     }
     ctx.settled(Kind::Pool, &key);
-    Ok(Action::requeue(ctx.config.resync))
+    // An Idle pod whose store is missing is retired once that has lasted
+    // the store-missing bound; nothing else would wake the pool then.
+    let store_missing = raw_pods
+        .iter()
+        .zip(&pods)
+        .any(|(raw, view)| !view.failed && idle_store_missing_since(&ctx, raw, view).is_some());
+    Ok(Action::requeue(if store_missing { ctx.config.store_missing_bound } else { ctx.config.resync }))
 }
 
 pub fn error_policy<R>(pool: Arc<CNPool>, error: &Error, ctx: Arc<Context<R>>) -> Action {

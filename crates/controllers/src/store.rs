@@ -59,7 +59,7 @@ pub async fn poll_registry<R: StoreRegistry>(ctx: Arc<Context<R>>, shutdown: Sha
 
 pub async fn reconcile<R: StoreRegistry + 'static>(pod: Arc<Pod>, ctx: Arc<Context<R>>) -> Result<Action, Error> {
     let key = key_of(pod.as_ref());
-    let view = read_pod(&pod)?;
+    let view = read_pod(&ctx, &pod)?;
     let Some(uuid) = view.store_uuid.clone() else {
         return Ok(Action::await_change());
     };
@@ -172,6 +172,13 @@ async fn write_store<R: StoreRegistry>(
     ctx.wrote_store(store.clone());
     wake::store_changed(ctx, &store.uuid);
     Ok(())
+}
+
+/// When the pod's `cn-store` condition noted its store missing, if it says so now.
+pub(crate) fn store_missing_noted(pod: &Pod) -> Option<jiff::Timestamp> {
+    let conditions = pod.status.as_ref()?.conditions.as_ref()?;
+    let condition = conditions.iter().find(|condition| condition.type_ == labels::CN_STORE_CONDITION)?;
+    (condition.status == "False").then_some(condition.last_transition_time.as_ref()?.0)
 }
 
 /// The pod's `cn-store` condition: True while its CN is registered.

@@ -194,3 +194,28 @@ async fn a_pre_bound_claim_gets_exactly_its_pod_or_says_why_not() {
     let pool = cluster.pools().get(POOL).await.unwrap();
     assert_eq!(pool.status.unwrap().pending_claims, 0, "a request for a named pod does not make the pool grow");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_pod_whose_store_vanished_is_replaced_and_never_handed_out() {
+    let cluster = Cluster::new().await;
+    let commits = Commits::record(&cluster).await;
+    cluster.start_operator(0).await;
+    cluster.create_pool(1, Some(4)).await;
+    let idle = eventually("an Idle pod", BOUND, || async {
+        let pods = cluster.pool_pods().await;
+        pods.into_iter().find(|pod| label(pod, labels::PHASE) == Some("Idle")).ok_or_else(|| "none yet".to_string())
+    })
+    .await;
+    let (name, uid) = (idle.metadata.name.clone().unwrap(), idle.metadata.uid.clone().unwrap());
+    assert!(cluster.vanish_store(label(&idle, labels::CN_UUID).unwrap()).await);
+
+    gone(&cluster, &name, &uid, BOUND).await;
+    cluster.create_claim("tenant", &[], &[]).await;
+    let (_, bound_uid) = bound_pod(&cluster, "tenant").await;
+    assert_ne!(bound_uid, uid, "the claim got a pod with a store");
+    let handed_out = commits.snapshot().iter().any(|commit| {
+        commit.object["metadata"]["uid"] == uid.as_str()
+            && commit.object["metadata"]["labels"][labels::PHASE] == "Bound"
+    });
+    assert!(!handed_out, "the pod without a store was never Bound");
+}
