@@ -265,11 +265,11 @@ async fn step<R: StoreRegistry>(ctx: &Context<R>, snap: &mut Snapshot, key: &Key
     let view = claim_view(&snap.claim)?;
     snap.refresh(ctx, &view).await?;
     let namespace = snap.namespace();
-    let owned: Vec<PodView> = snap.owned.iter().map(|pod| read_pod(pod)).collect::<Result<_, _>>()?;
+    let owned: Vec<PodView> = snap.owned.iter().map(|pod| read_pod(pod, &ctx.nodes)).collect::<Result<_, _>>()?;
     #[cfg(feature = "sabotage")]
     let owned = crate::sabotage::hide_extra_pods(&view, owned);
-    let pointed: Option<PodView> = snap.pointed.as_deref().map(read_pod).transpose()?;
-    let source: Option<PodView> = snap.source.as_deref().map(read_pod).transpose()?;
+    let pointed: Option<PodView> = snap.pointed.as_deref().map(|pod| read_pod(pod, &ctx.nodes)).transpose()?;
+    let source: Option<PodView> = snap.source.as_deref().map(|pod| read_pod(pod, &ctx.nodes)).transpose()?;
     let pools = ctx.pool_views();
     // Only a claim that may pick a pod from the pool needs its Idle pods
     // (reading them all is most of a reconcile's cost in a large pool); one
@@ -277,7 +277,8 @@ async fn step<R: StoreRegistry>(ctx: &Context<R>, snap: &mut Snapshot, key: &Key
     let may_pick =
         !view.deleting && view.has_finalizer && (view.pod_name.is_none() || view.phase == Some(ClaimPhase::Lost));
     let candidate_raw = if may_pick { candidate_pods(ctx, &view, &namespace) } else { Vec::new() };
-    let candidates: Vec<PodView> = candidate_raw.iter().map(|pod| read_pod(pod)).collect::<Result<_, _>>()?;
+    let candidates: Vec<PodView> =
+        candidate_raw.iter().map(|pod| read_pod(pod, &ctx.nodes)).collect::<Result<_, _>>()?;
     let held: Vec<&PodView> = owned
         .iter()
         .chain(pointed.as_ref())

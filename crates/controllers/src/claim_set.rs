@@ -87,7 +87,7 @@ fn read_member<R>(ctx: &Context<R>, claim: &CNClaim) -> Result<MemberView, Error
     let pod = Some(&claim.spec.pod_name)
         .filter(|name| !name.is_empty())
         .and_then(|name| ctx.pods.get(&(namespace, name.clone())))
-        .map(|pod| read_pod(&pod))
+        .map(|pod| read_pod(&pod, &ctx.nodes))
         .transpose()?
         .filter(|pod| pod.claim_uid.is_some() && pod.claim_uid == uid);
     Ok(member_view(claim, pod.as_ref())?)

@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use cnpool_api::selector::selector_matches;
 use cnpool_api::{CNClaim, CNPool, CNPoolStatus, PodPhase, labels};
@@ -16,7 +17,7 @@ use cnpool_registry::StoreRegistry;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::core::v1::{PodTemplateSpec, Service, ServiceSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 use serde_json::{Value, json};
@@ -25,6 +26,7 @@ use sha2::{Digest, Sha256};
 use crate::cache::{Key, key_of};
 use crate::context::{Context, Kind};
 use crate::error::{Error, is_already_exists, is_not_found, is_stale};
+use crate::nodes::CordonedNodes;
 use crate::ownership::{self, Outcome, Transition};
 
 /// The revision label of pods made from `template`: the first 10 hex digits
@@ -77,9 +79,11 @@ pub fn service_name(pool: &str) -> String {
     pool.to_owned()
 }
 
-/// Reads a pool pod, judging a pod whose containers terminated as failed.
-pub(crate) fn read_pod(pod: &Pod) -> Result<PodView, Error> {
-    let mut view = pod_view(pod)?;
+/// Reads a pool pod, judging a pod whose containers terminated as failed,
+/// and one on a node in `cordoned` as cordoned.
+pub(crate) fn read_pod(pod: &Pod, cordoned: &CordonedNodes) -> Result<PodView, Error> {
+    let node = pod.spec.as_ref().and_then(|spec| spec.node_name.as_deref());
+    let mut view = pod_view(pod, node.is_some_and(|node| cordoned.contains(node)))?;
     let terminated =
         pod.status.as_ref().and_then(|status| status.container_statuses.as_ref()).is_some_and(|containers| {
             containers.iter().any(|container| container.state.as_ref().is_some_and(|state| state.terminated.is_some()))
@@ -120,12 +124,13 @@ pub async fn reconcile<R: StoreRegistry + 'static>(pool: Arc<CNPool>, ctx: Arc<C
     }
     if !deleting {
         ensure_service(&ctx, &pool).await?;
+        ensure_disruption_budget(&ctx, &pool).await?;
     }
 
     let revision = ctx.pools.revision(&key).unwrap_or_else(|| template_revision(&pool.spec.template));
     let view = ctx.pool_view(&pool, &revision)?;
     let raw_pods = ctx.pods.in_pool(&namespace, &name);
-    let pods: Vec<PodView> = raw_pods.iter().map(|pod| read_pod(pod)).collect::<Result<_, _>>()?;
+    let pods: Vec<PodView> = raw_pods.iter().map(|pod| read_pod(pod, &ctx.nodes)).collect::<Result<_, _>>()?;
 
     if deleting && raw_pods.is_empty() {
         return remove_finalizer(&ctx, &pool).await;
@@ -243,6 +248,86 @@ async fn ensure_service<R>(ctx: &Context<R>, pool: &CNPool) -> Result<(), Error>
         }
         Err(error) if is_already_exists(&error) => Ok(()),
         Err(error) => Err(Error::kube("create service", service_name, error)),
+    }
+}
+
+/// The PodDisruptionBudget that guards `pool`'s Bound pods against
+/// voluntary evictions (`kubectl drain`): named after the pool.
+pub fn disruption_budget_name(pool: &str) -> String {
+    format!("{pool}-bound")
+}
+
+/// What the budget of `pool` says: no Bound pod of the pool may be evicted.
+/// It selects by the `phase` label, which only the guarded ownership write
+/// sets, so a pod is guarded exactly while it is Bound; once released
+/// (Draining, Idle) it may be evicted.
+fn disruption_budget_spec(pool: &str) -> Value {
+    json!({
+        "maxUnavailable": 0,
+        "selector": {"matchLabels": {labels::POOL_NAME: pool, labels::PHASE: PodPhase::Bound.as_str()}},
+    })
+}
+
+/// Creates the pool's PodDisruptionBudget, or restores its spec. A server
+/// without PodDisruptionBudgets, or a role without them, leaves Bound pods
+/// unguarded and is said once at warn; neither stops the pool.
+async fn ensure_disruption_budget<R>(ctx: &Context<R>, pool: &CNPool) -> Result<(), Error> {
+    let Some(resource) = ctx.disruption_budgets().await else { return Ok(()) };
+    let (namespace, name) = key_of(pool);
+    let budgets: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &namespace, &resource);
+    let budget_name = disruption_budget_name(&name);
+    let spec = disruption_budget_spec(&name);
+    let refused = |error: &kube::Error| {
+        let forbidden = matches!(error, kube::Error::Api(status) if status.code == 403);
+        if forbidden && !ctx.budgets_refused.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                pool = %name, %error,
+                "cannot manage PodDisruptionBudgets: evictions of Bound pods are not refused; grant the operator get, \
+                 create and patch on poddisruptionbudgets (group policy), as deploy/rbac/clusterrole.yaml does"
+            );
+        }
+        forbidden
+    };
+    let existing = match budgets.get_opt(&budget_name).await {
+        Ok(existing) => existing,
+        Err(error) if refused(&error) => return Ok(()),
+        Err(error) => return Err(Error::kube("read", format!("PodDisruptionBudget {budget_name}"), error)),
+    };
+    if let Some(existing) = existing {
+        let current = &existing.data["spec"];
+        if current["maxUnavailable"] == spec["maxUnavailable"] && current["selector"] == spec["selector"] {
+            return Ok(());
+        }
+        let restore = json!({"spec": spec});
+        return match budgets.patch(&budget_name, &PatchParams::default(), &Patch::Merge(&restore)).await {
+            Ok(_) => {
+                tracing::info!(pool = %name, budget = %budget_name, "restored the PodDisruptionBudget's spec");
+                Ok(())
+            }
+            Err(error) if refused(&error) || is_not_found(&error) => Ok(()),
+            Err(error) => Err(Error::kube("patch", format!("PodDisruptionBudget {budget_name}"), error)),
+        };
+    }
+    let budget = json!({
+        "apiVersion": resource.api_version,
+        "kind": resource.kind,
+        "metadata": {
+            "name": budget_name,
+            "namespace": namespace,
+            "labels": {labels::POOL_NAME: name},
+            "ownerReferences": pool.controller_owner_ref(&()).map(|owner| vec![owner]),
+        },
+        "spec": spec,
+    });
+    let budget: DynamicObject =
+        serde_json::from_value(budget).map_err(|source| Error::Encode { what: "PodDisruptionBudget", source })?;
+    match budgets.create(&PostParams::default(), &budget).await {
+        Ok(_) => {
+            tracing::info!(pool = %name, budget = %budget_name, api_version = %resource.api_version, "created the PodDisruptionBudget of Bound pods");
+            Ok(())
+        }
+        Err(error) if refused(&error) || is_already_exists(&error) => Ok(()),
+        Err(error) => Err(Error::kube("create", format!("PodDisruptionBudget {budget_name}"), error)),
     }
 }
 

@@ -59,7 +59,7 @@ pub async fn poll_registry<R: StoreRegistry>(ctx: Arc<Context<R>>, shutdown: Sha
 
 pub async fn reconcile<R: StoreRegistry + 'static>(pod: Arc<Pod>, ctx: Arc<Context<R>>) -> Result<Action, Error> {
     let key = key_of(pod.as_ref());
-    let view = read_pod(&pod)?;
+    let view = read_pod(&pod, &ctx.nodes)?;
     let Some(uuid) = view.store_uuid.clone() else {
         return Ok(Action::await_change());
     };
