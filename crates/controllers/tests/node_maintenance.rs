@@ -123,14 +123,14 @@ async fn cordoning_the_node_of_a_bound_pod_migrates_its_claim_to_another_node() 
 }
 
 /// Evicts `pod` as `kubectl drain` does (policy/v1beta1, which every server
-/// from 1.20 on accepts); the API status code when refused.
+/// from 1.20 on accepts), once; the API status code when refused.
 async fn evict(cluster: &Cluster, pod: &str) -> Result<(), u16> {
     let eviction = json!({
         "apiVersion": "policy/v1beta1", "kind": "Eviction",
         "metadata": {"name": pod, "namespace": cluster.namespace()},
     });
-    let pods: Api<DynamicObject> =
-        Api::namespaced_with(cluster.client.clone(), cluster.namespace(), &ApiResource::erase::<Pod>(&()));
+    let client = cluster.client_without_retries().await;
+    let pods: Api<DynamicObject> = Api::namespaced_with(client, cluster.namespace(), &ApiResource::erase::<Pod>(&()));
     match pods.create_subresource::<_, serde_json::Value>("eviction", pod, &PostParams::default(), &eviction).await {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(status)) => Err(status.code),
