@@ -323,7 +323,8 @@ async fn ensure_disruption_budget<R>(ctx: &Context<R>, pool: &CNPool) -> Result<
         serde_json::from_value(budget).map_err(|source| Error::Encode { what: "PodDisruptionBudget", source })?;
     match budgets.create(&PostParams::default(), &budget).await {
         Ok(_) => {
-            tracing::info!(pool = %name, budget = %budget_name, api_version = %resource.api_version, "created the PodDisruptionBudget of Bound pods");
+            let api_version = resource.api_version.as_str();
+            tracing::info!(pool = %name, budget = %budget_name, api_version, "created the budget of Bound pods");
             Ok(())
         }
         Err(error) if refused(&error) || is_already_exists(&error) => Ok(()),

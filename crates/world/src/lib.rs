@@ -165,8 +165,8 @@ impl World {
             tokio::select! {
                 () = &mut shutdown => return,
                 event = node_events.next() => match event {
-                    Some(Ok(watcher::Event::Apply(node) | watcher::Event::InitApply(node))) => self.observe_node(&node, true),
-                    Some(Ok(watcher::Event::Delete(node))) => self.observe_node(&node, false),
+                    Some(Ok(watcher::Event::Apply(node) | watcher::Event::InitApply(node))) => self.observe_node(&node),
+                    Some(Ok(watcher::Event::Delete(node))) => self.forget_node(&node),
                     Some(Ok(_)) => {}
                     Some(Err(error)) => tracing::debug!(%error, "world: node watch failed; retrying"),
                     None => return,
@@ -226,15 +226,20 @@ impl World {
         }
     }
 
-    /// Notes whether `node` (when it `exists`) is cordoned.
-    fn observe_node(&self, node: &Node, exists: bool) {
+    /// Notes whether `node` is cordoned.
+    fn observe_node(&self, node: &Node) {
         let Some(name) = node.metadata.name.clone() else { return };
-        let cordoned = exists && node.spec.as_ref().and_then(|spec| spec.unschedulable) == Some(true);
         let mut state = self.state();
-        if cordoned {
+        if node.spec.as_ref().and_then(|spec| spec.unschedulable) == Some(true) {
             state.cordoned_nodes.insert(name);
         } else {
             state.cordoned_nodes.remove(&name);
+        }
+    }
+
+    fn forget_node(&self, node: &Node) {
+        if let Some(name) = node.metadata.name.as_deref() {
+            self.state().cordoned_nodes.remove(name);
         }
     }
 
@@ -326,8 +331,8 @@ impl World {
         Some(address)
     }
 
-    /// Assigns the pod to a node ([`Self::pick_node`]) as a scheduler does: through the
-    /// `binding` subresource, since a real API server refuses to change
+    /// Assigns the pod to a node ([`Self::pick_node`]) as a scheduler does:
+    /// through the `binding` subresource, since a real API server refuses to change
     /// `spec.nodeName` of an existing pod; where the server has no such
     /// subresource (the embedded one), by patching `spec.nodeName`.
     async fn schedule(&self, pod: &Pod, namespace: &str, name: &str) -> Result<(), kube::Error> {
