@@ -8,16 +8,17 @@
 //! nodes, or a namespace-scoped Role, which cannot grant a cluster-scoped
 //! kind. Then the set stays empty and only `matrixorigin.io/store-cordon`
 //! marks pods for maintenance, as before; one warning says so and how to
-//! fix it, and the watch keeps retrying with backoff.
+//! fix it, and the watch keeps retrying, less and less often.
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, PoisonError, RwLock};
+use std::time::Duration;
 
 use futures::StreamExt;
 use futures::future::{BoxFuture, Shared};
 use k8s_openapi::api::core::v1::Node;
 use kube::api::Api;
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::watcher;
 
 use crate::context::Context;
 use crate::wake;
@@ -62,13 +63,22 @@ fn is_forbidden(error: &watcher::Error) -> bool {
     }
 }
 
+/// First and longest wait before the watch is tried again after it failed.
+const RETRY_MIN: Duration = Duration::from_secs(1);
+const RETRY_MAX: Duration = Duration::from_secs(300);
+
 /// Watches Nodes until `shutdown`, keeping `ctx.nodes` and waking the
-/// claims and pools of the pods on a node whose cordon changed.
+/// claims and pools of the pods on a node whose cordon changed. A failed
+/// watch is tried again after a delay that doubles up to five minutes
+/// (kube's own backoff starts over at every relist attempt, which would
+/// ask a server that refuses every second), and starts over once Nodes are
+/// read again.
 pub async fn watch<R>(ctx: Arc<Context<R>>, shutdown: Shared<BoxFuture<'static, ()>>) {
     let api: Api<Node> = Api::all(ctx.client.clone());
-    let mut events = watcher(api, watcher::Config::default()).default_backoff().boxed();
+    let mut events = watcher(api, watcher::Config::default()).boxed();
     let mut relisted: Option<BTreeSet<String>> = None;
     let mut failing = false;
+    let mut retry = RETRY_MIN;
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
         let event = tokio::select! {
@@ -77,6 +87,8 @@ pub async fn watch<R>(ctx: Arc<Context<R>>, shutdown: Shared<BoxFuture<'static, 
         };
         let event = match event {
             None => return,
+            // The server's history moved past the watch: kube relists at once.
+            Some(Err(watcher::Error::WatchError(status))) if status.code == 410 => continue,
             Some(Err(error)) => {
                 if !failing && is_forbidden(&error) {
                     tracing::warn!(
@@ -89,13 +101,22 @@ pub async fn watch<R>(ctx: Arc<Context<R>>, shutdown: Shared<BoxFuture<'static, 
                     tracing::warn!(%error, "cannot watch Nodes; retrying with backoff");
                 }
                 failing = true;
+                tokio::select! {
+                    () = &mut shutdown => return,
+                    () = tokio::time::sleep(retry) => {}
+                }
+                retry = (retry * 2).min(RETRY_MAX);
                 continue;
             }
             Some(Ok(event)) => event,
         };
-        if failing {
+        // A relist attempt (`Init`) is not yet a read.
+        if failing && !matches!(event, watcher::Event::Init | watcher::Event::InitApply(_)) {
             tracing::info!("reading Nodes again: pods on cordoned nodes are migrated off");
             failing = false;
+        }
+        if !failing {
+            retry = RETRY_MIN;
         }
         match event {
             watcher::Event::Init => relisted = Some(BTreeSet::new()),
