@@ -112,6 +112,11 @@ pub fn resource_list(resources: &[Arc<ResourceInfo>], group: &str, version: &str
                 "kind": res.kind, "verbs": ["get", "patch", "update"]}),
             );
         }
+        if is_core_pods(res) {
+            // kubectl drain evicts only where discovery lists this; else it deletes.
+            listed.push(json!({"name": "pods/eviction", "singularName": "", "namespaced": true,
+                "group": "policy", "version": "v1", "kind": "Eviction", "verbs": ["create"]}));
+        }
         if res.scale.is_some() {
             listed.push(
                 json!({"name": format!("{}/scale", res.plural), "singularName": "", "namespaced": res.namespaced,
@@ -121,6 +126,11 @@ pub fn resource_list(resources: &[Arc<ResourceInfo>], group: &str, version: &str
     }
     let group_version = if group.is_empty() { version.to_string() } else { format!("{group}/{version}") };
     Some(json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version, "resources": listed}))
+}
+
+/// Whether `res` is core/v1 pods, which have the eviction subresource.
+pub fn is_core_pods(res: &ResourceInfo) -> bool {
+    res.group.is_empty() && res.plural == "pods"
 }
 
 /// `/openapi/v3`: one document per group-version.

@@ -98,6 +98,18 @@ impl ApiError {
         Self::new(500, "InternalError", message)
     }
 
+    /// Adds a cause (`type`, `message`) to the Status's details.
+    pub fn with_cause(mut self, type_: &str, message: String) -> Self {
+        let details = self.details.get_or_insert_with(|| json!({}));
+        if !details["causes"].is_array() {
+            details["causes"] = json!([]);
+        }
+        if let Some(causes) = details["causes"].as_array_mut() {
+            causes.push(json!({"reason": type_, "message": message}));
+        }
+        self
+    }
+
     fn with_details(mut self, details: Value) -> Self {
         self.details = Some(details);
         self

@@ -19,6 +19,7 @@ mod clock;
 mod discovery;
 mod error;
 mod events;
+mod eviction;
 mod meta;
 mod patch;
 mod resources;

@@ -178,6 +178,9 @@ impl Call {
             dry_run: self.query.get("dryRun") == Some("All"),
             strict: self.query.get("fieldValidation") == Some("Strict"),
         };
+        if path.subresource == Some("eviction") && discovery::is_core_pods(&res) {
+            return self.evict(&target, path.name.unwrap_or_default());
+        }
         let part = match path.subresource {
             None => Part::Main,
             Some("status") if res.status => Part::Status,
@@ -243,6 +246,21 @@ impl Call {
         Ok(json_response(StatusCode::OK, &list))
     }
 
+    /// `POST pods/{name}/eviction`: the pod is deleted (with the
+    /// Eviction's `deleteOptions`) when its disruption budget allows.
+    fn evict(&self, target: &Target, name: &str) -> Result<Response, ApiError> {
+        if self.method != Method::POST {
+            return Err(ApiError::method_not_allowed("the eviction subresource supports create only"));
+        }
+        let eviction = self.json_body()?;
+        let options = self.delete_options_of(&eviction["deleteOptions"])?;
+        let store = &self.server.store;
+        let pod = store.get(target, name)?;
+        crate::eviction::admit(store, target.namespace.unwrap_or_default(), &pod, options.dry_run)?;
+        store.delete(target, name, &options)?;
+        Ok(json_response(StatusCode::CREATED, &crate::eviction::evicted()))
+    }
+
     fn delete_options(&self) -> Result<DeleteOptions, ApiError> {
         let body: Value = if self.body.is_empty() {
             json!({})
@@ -250,6 +268,11 @@ impl Call {
             serde_json::from_slice(&self.body)
                 .map_err(|error| ApiError::bad_request(format!("the DeleteOptions body is not valid JSON: {error}")))?
         };
+        self.delete_options_of(&body)
+    }
+
+    /// Reads DeleteOptions from `body`, falling back to the query string.
+    fn delete_options_of(&self, body: &Value) -> Result<DeleteOptions, ApiError> {
         let policy = body["propagationPolicy"].as_str().or(self.query.get("propagationPolicy"));
         let propagation = match policy {
             None | Some("Background") => Propagation::Background,

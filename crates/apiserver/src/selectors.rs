@@ -68,6 +68,35 @@ impl LabelSelector {
         Ok(Self(requirements))
     }
 
+    /// Reads the structured form (`matchLabels`, `matchExpressions`) of a
+    /// selector in an object, such as a PodDisruptionBudget's.
+    pub fn from_object(selector: &Value) -> Result<Self, ApiError> {
+        let bad = |what: &str| ApiError::bad_request(format!("invalid label selector: {what}"));
+        let mut requirements = Vec::new();
+        for (key, value) in selector["matchLabels"].as_object().into_iter().flatten() {
+            let value = value.as_str().ok_or_else(|| bad(&format!("matchLabels.{key} is not a string")))?;
+            requirements.push(LabelRequirement::Equals(key.clone(), value.to_owned()));
+        }
+        for expression in selector["matchExpressions"].as_array().into_iter().flatten() {
+            let key = expression["key"].as_str().ok_or_else(|| bad("a matchExpression has no key"))?.to_owned();
+            let values: Vec<String> = expression["values"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .map(String::from)
+                .collect();
+            requirements.push(match expression["operator"].as_str() {
+                Some("In") => LabelRequirement::In(key, values),
+                Some("NotIn") => LabelRequirement::NotIn(key, values),
+                Some("Exists") => LabelRequirement::Exists(key),
+                Some("DoesNotExist") => LabelRequirement::DoesNotExist(key),
+                other => return Err(bad(&format!("operator {other:?} of {key}"))),
+            });
+        }
+        Ok(Self(requirements))
+    }
+
     pub fn matches(&self, object: &Value) -> bool {
         let labels = &object["metadata"]["labels"];
         let get = |key: &str| labels.get(key).and_then(Value::as_str);

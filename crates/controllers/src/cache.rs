@@ -4,7 +4,7 @@
 //! store (which the controller runtime reads objects from) and this
 //! module's indexes, and reports every change as (old, new) to a handler
 //! that decides whom it wakes. Indexes:
-//! - pods by pool and phase, by claim UID, by CN store UUID;
+//! - pods by pool and phase, by claim UID, by CN store UUID, by node;
 //! - claims by UID, by `spec.podName`, by `spec.sourcePod`, by pool and
 //!   by the claim set that controls them;
 //! - pools, with the revision of their current template;
@@ -130,22 +130,31 @@ pub struct PodIndex {
     by_claim_uid: BTreeMap<String, BTreeSet<Key>>,
     /// CN store UUID → pod keys.
     by_store: BTreeMap<String, BTreeSet<Key>>,
+    /// `spec.nodeName` → pod keys.
+    by_node: BTreeMap<String, BTreeSet<Key>>,
 }
 
+/// What a pod is indexed by: key, pool, phase, claim UID, store UUID, node.
+type PodEntries = (Key, Option<String>, String, Option<String>, Option<String>, Option<String>);
+
 impl PodIndex {
-    fn entries(pod: &Pod) -> (Key, Option<String>, String, Option<String>, Option<String>) {
+    fn entries(pod: &Pod) -> PodEntries {
         let key = key_of(pod);
         let pool = label(pod, labels::POOL_NAME).map(str::to_owned);
         let phase = label(pod, labels::PHASE).unwrap_or_default().to_owned();
         let claim = label(pod, labels::CLAIM_UID).map(str::to_owned);
         let store = label(pod, labels::CN_UUID).map(str::to_owned);
-        (key, pool, phase, claim, store)
+        let node = pod.spec.as_ref().and_then(|spec| spec.node_name.clone()).filter(|node| !node.is_empty());
+        (key, pool, phase, claim, store, node)
     }
 }
 
 impl Index<Pod> for PodIndex {
     fn insert(&mut self, pod: &Arc<Pod>) {
-        let (key, pool, phase, claim, store) = Self::entries(pod);
+        let (key, pool, phase, claim, store, node) = Self::entries(pod);
+        if let Some(node) = node {
+            add(&mut self.by_node, node, key.clone());
+        }
         if let Some(pool) = pool {
             add(&mut self.by_pool_phase, (key.0.clone(), pool.clone(), phase), key.1.clone());
             add(&mut self.by_pool, (key.0.clone(), pool), key.1.clone());
@@ -159,7 +168,10 @@ impl Index<Pod> for PodIndex {
     }
 
     fn remove(&mut self, pod: &Arc<Pod>) {
-        let (key, pool, phase, claim, store) = Self::entries(pod);
+        let (key, pool, phase, claim, store, node) = Self::entries(pod);
+        if let Some(node) = node {
+            drop_from(&mut self.by_node, &node, &key);
+        }
         if let Some(pool) = pool {
             drop_from(&mut self.by_pool_phase, &(key.0.clone(), pool.clone(), phase), &key.1);
             drop_from(&mut self.by_pool, &(key.0.clone(), pool), &key.1);
@@ -285,6 +297,13 @@ impl Pods {
     pub fn owned_by(&self, uid: &str) -> Vec<Arc<Pod>> {
         self.with(|objects, index| {
             index.by_claim_uid.get(uid).into_iter().flatten().filter_map(|key| objects.get(key).cloned()).collect()
+        })
+    }
+
+    /// Pods scheduled on `node`.
+    pub fn on_node(&self, node: &str) -> Vec<Arc<Pod>> {
+        self.with(|objects, index| {
+            index.by_node.get(node).into_iter().flatten().filter_map(|key| objects.get(key).cloned()).collect()
         })
     }
 

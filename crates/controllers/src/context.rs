@@ -2,6 +2,7 @@
 //! store observations, backoff counters and the Event recorder.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -12,10 +13,12 @@ use cnpool_core::model::{ObservedStore, PoolView, StoreView};
 use cnpool_registry::CnStore;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::ObjectReference;
+use kube::api::ApiResource;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 
 use crate::Config;
 use crate::cache::{ClaimSets, Claims, Key, Pods, Pools};
+use crate::nodes::CordonedNodes;
 use crate::own_writes::OwnWrites;
 use crate::wake::Wakers;
 
@@ -123,6 +126,13 @@ pub struct Context<R> {
     pub claims: Arc<Claims>,
     pub pools: Arc<Pools>,
     pub claim_sets: Arc<ClaimSets>,
+    /// The nodes marked unschedulable.
+    pub nodes: CordonedNodes,
+    /// The PodDisruptionBudget version the server serves, once discovered
+    /// (`None`: it serves none).
+    disruption_budgets: tokio::sync::OnceCell<Option<ApiResource>>,
+    /// Whether the operator was refused PodDisruptionBudgets, said once.
+    pub(crate) budgets_refused: AtomicBool,
     pub wake: Wakers,
     pub metrics: Arc<crate::Metrics>,
     stores: Mutex<StoreSnapshot>,
@@ -156,6 +166,31 @@ struct Migration {
     seen: Timestamp,
     /// The target pod's UID and when its store was first seen serving.
     serving: Option<(String, Timestamp)>,
+}
+
+async fn discover_disruption_budgets(client: &kube::Client) -> Result<Option<ApiResource>, kube::Error> {
+    for version in ["v1", "v1beta1"] {
+        let api_version = format!("policy/{version}");
+        let served = match client.list_api_group_resources(&api_version).await {
+            Ok(list) => list.resources.iter().any(|resource| resource.name == "poddisruptionbudgets"),
+            Err(kube::Error::Api(status)) if status.code == 404 => false,
+            Err(error) => return Err(error),
+        };
+        if served {
+            tracing::info!(api_version, "Bound pods are guarded by PodDisruptionBudgets of this version");
+            return Ok(Some(ApiResource {
+                group: "policy".into(),
+                version: version.into(),
+                api_version,
+                kind: "PodDisruptionBudget".into(),
+                plural: "poddisruptionbudgets".into(),
+            }));
+        }
+    }
+    tracing::warn!(
+        "the API server serves no PodDisruptionBudgets (policy/v1 or v1beta1): evictions of Bound pods are not refused"
+    );
+    Ok(None)
 }
 
 /// How long a pod just acquired is taken as such while the cache may lag.
@@ -195,6 +230,9 @@ impl<R> Context<R> {
             claims: Arc::default(),
             pools: Arc::default(),
             claim_sets: Arc::default(),
+            nodes: CordonedNodes::default(),
+            disruption_budgets: tokio::sync::OnceCell::new(),
+            budgets_refused: AtomicBool::new(false),
             metrics,
             stores: Mutex::default(),
             backoff: Mutex::default(),
@@ -409,6 +447,21 @@ impl<R> Context<R> {
             view.min_delay = self.config.drain_min_delay;
         }
         Ok(view)
+    }
+
+    /// The PodDisruptionBudget resource to write: policy/v1 where served,
+    /// else policy/v1beta1 (kube-apiserver before 1.21); `None` when the
+    /// server serves neither, or discovery failed this time (asked again
+    /// on the next call).
+    pub async fn disruption_budgets(&self) -> Option<ApiResource> {
+        let found = self.disruption_budgets.get_or_try_init(|| discover_disruption_budgets(&self.client)).await;
+        match found {
+            Ok(resource) => resource.clone(),
+            Err(error) => {
+                tracing::debug!(%error, "cannot discover the PodDisruptionBudget version; trying again later");
+                None
+            }
+        }
     }
 
     /// Publishes an Event; a failure to publish is logged, never fatal.

@@ -10,6 +10,8 @@
 //!   orphan sweep and the stats annotations — the only writer of the
 //!   registry;
 //! - [`ownership`]: the one function that writes a pod's phase and owner;
+//! - `nodes`: which nodes are cordoned, from a watch of Nodes (node
+//!   maintenance: their pods read as cordoned);
 //! - `sabotage` (feature `sabotage`, simulator tests only): broken variants
 //!   of the protocol, to show that the simulator catches them.
 //!
@@ -23,6 +25,7 @@ pub mod claim_set;
 mod context;
 mod error;
 pub mod metrics;
+mod nodes;
 mod own_writes;
 pub mod ownership;
 pub mod pool;
@@ -332,10 +335,9 @@ where
             listed(),
             shutdown.clone(),
         ),
-        store::poll_registry(ctx.clone(), shutdown),
-    )
-    .map(drop)
-    .boxed();
+        store::poll_registry(ctx.clone(), shutdown.clone()),
+    );
+    let informers = futures::future::join(informers, nodes::watch(ctx.clone(), shutdown)).map(drop).boxed();
     let triggers = ctx.wake.take_receivers();
     Wiring { ctx, informers, pods, claims, pools, claim_sets, triggers }
 }

@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use cnpool_api::selector::selector_matches;
 use cnpool_api::{CNClaim, CNPool, CNPoolStatus, PodPhase, labels};
@@ -17,7 +18,7 @@ use jiff::SignedDuration;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::core::v1::{PodTemplateSpec, Service, ServiceSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 use serde_json::{Value, json};
@@ -78,13 +79,15 @@ pub fn service_name(pool: &str) -> String {
     pool.to_owned()
 }
 
-/// Reads a pool pod, judging as failed a pod whose containers terminated,
-/// and an Idle pod whose store HAKeeper has not held for longer than the
-/// store-missing bound: it cannot serve a tenant, so no claim is offered it
-/// (a claim taking it would wait that bound again and be Lost) and its pool
+/// Reads a pool pod. A pod on a cordoned node counts as cordoned. A pod
+/// whose containers terminated counts as failed, and so does an Idle pod
+/// whose store HAKeeper has not held for longer than the store-missing
+/// bound: it cannot serve a tenant, so no claim is offered it (a claim
+/// taking it would wait that bound again and be Lost) and its pool
 /// replaces it.
 pub(crate) fn read_pod<R>(ctx: &Context<R>, pod: &Pod) -> Result<PodView, Error> {
-    let mut view = pod_view(pod)?;
+    let node = pod.spec.as_ref().and_then(|spec| spec.node_name.as_deref());
+    let mut view = pod_view(pod, node.is_some_and(|node| ctx.nodes.contains(node)))?;
     let terminated =
         pod.status.as_ref().and_then(|status| status.container_statuses.as_ref()).is_some_and(|containers| {
             containers.iter().any(|container| container.state.as_ref().is_some_and(|state| state.terminated.is_some()))
@@ -137,6 +140,7 @@ pub async fn reconcile<R: StoreRegistry + 'static>(pool: Arc<CNPool>, ctx: Arc<C
     }
     if !deleting {
         ensure_service(&ctx, &pool).await?;
+        ensure_disruption_budget(&ctx, &pool).await?;
     }
 
     let revision = ctx.pools.revision(&key).unwrap_or_else(|| template_revision(&pool.spec.template));
@@ -266,6 +270,87 @@ async fn ensure_service<R>(ctx: &Context<R>, pool: &CNPool) -> Result<(), Error>
         }
         Err(error) if is_already_exists(&error) => Ok(()),
         Err(error) => Err(Error::kube("create service", service_name, error)),
+    }
+}
+
+/// The PodDisruptionBudget that guards `pool`'s Bound pods against
+/// voluntary evictions (`kubectl drain`): named after the pool.
+pub fn disruption_budget_name(pool: &str) -> String {
+    format!("{pool}-bound")
+}
+
+/// What the budget of `pool` says: no Bound pod of the pool may be evicted.
+/// It selects by the `phase` label, which only the guarded ownership write
+/// sets, so a pod is guarded exactly while it is Bound; once released
+/// (Draining, Idle) it may be evicted.
+fn disruption_budget_spec(pool: &str) -> Value {
+    json!({
+        "maxUnavailable": 0,
+        "selector": {"matchLabels": {labels::POOL_NAME: pool, labels::PHASE: PodPhase::Bound.as_str()}},
+    })
+}
+
+/// Creates the pool's PodDisruptionBudget, or restores its spec. A server
+/// without PodDisruptionBudgets, or a role without them, leaves Bound pods
+/// unguarded and is said once at warn; neither stops the pool.
+async fn ensure_disruption_budget<R>(ctx: &Context<R>, pool: &CNPool) -> Result<(), Error> {
+    let Some(resource) = ctx.disruption_budgets().await else { return Ok(()) };
+    let (namespace, name) = key_of(pool);
+    let budgets: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &namespace, &resource);
+    let budget_name = disruption_budget_name(&name);
+    let spec = disruption_budget_spec(&name);
+    let refused = |error: &kube::Error| {
+        let forbidden = matches!(error, kube::Error::Api(status) if status.code == 403);
+        if forbidden && !ctx.budgets_refused.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                pool = %name, %error,
+                "cannot manage PodDisruptionBudgets: evictions of Bound pods are not refused; grant the operator get, \
+                 create and patch on poddisruptionbudgets (group policy), as deploy/rbac/clusterrole.yaml does"
+            );
+        }
+        forbidden
+    };
+    let existing = match budgets.get_opt(&budget_name).await {
+        Ok(existing) => existing,
+        Err(error) if refused(&error) => return Ok(()),
+        Err(error) => return Err(Error::kube("read", format!("PodDisruptionBudget {budget_name}"), error)),
+    };
+    if let Some(existing) = existing {
+        let current = &existing.data["spec"];
+        if current["maxUnavailable"] == spec["maxUnavailable"] && current["selector"] == spec["selector"] {
+            return Ok(());
+        }
+        let restore = json!({"spec": spec});
+        return match budgets.patch(&budget_name, &PatchParams::default(), &Patch::Merge(&restore)).await {
+            Ok(_) => {
+                tracing::info!(pool = %name, budget = %budget_name, "restored the PodDisruptionBudget's spec");
+                Ok(())
+            }
+            Err(error) if refused(&error) || is_not_found(&error) => Ok(()),
+            Err(error) => Err(Error::kube("patch", format!("PodDisruptionBudget {budget_name}"), error)),
+        };
+    }
+    let budget = json!({
+        "apiVersion": resource.api_version,
+        "kind": resource.kind,
+        "metadata": {
+            "name": budget_name,
+            "namespace": namespace,
+            "labels": {labels::POOL_NAME: name},
+            "ownerReferences": pool.controller_owner_ref(&()).map(|owner| vec![owner]),
+        },
+        "spec": spec,
+    });
+    let budget: DynamicObject =
+        serde_json::from_value(budget).map_err(|source| Error::Encode { what: "PodDisruptionBudget", source })?;
+    match budgets.create(&PostParams::default(), &budget).await {
+        Ok(_) => {
+            let api_version = resource.api_version.as_str();
+            tracing::info!(pool = %name, budget = %budget_name, api_version, "created the budget of Bound pods");
+            Ok(())
+        }
+        Err(error) if refused(&error) || is_already_exists(&error) => Ok(()),
+        Err(error) => Err(Error::kube("create", format!("PodDisruptionBudget {budget_name}"), error)),
     }
 }
 

@@ -188,8 +188,11 @@ fn pool_facts(pod: &Pod) -> impl PartialEq + '_ {
         label(pod, labels::CLAIMED_BY),
         label(pod, labels::REVISION),
         label(pod, labels::OUTDATED),
+        annotation(pod, labels::STORE_CORDON).is_some(),
         pod.metadata.deletion_timestamp.is_some(),
         pod.status.as_ref().and_then(|status| status.phase.as_deref()),
+        // A pod scheduled onto a cordoned node is retired.
+        pod.spec.as_ref().and_then(|spec| spec.node_name.as_deref()),
     )
 }
 
@@ -233,21 +236,45 @@ pub fn pod_changed<R>(ctx: &Context<R>, change: Change<'_, Pod>) {
         }
     }
     if changed(change, claim_facts) {
-        let mut claims: BTreeSet<String> = ctx.claims.pointing_at(&namespace, &name);
-        for uid in [old, new].into_iter().flatten().filter_map(|pod| label(pod, labels::CLAIM_UID)) {
-            if let Some(claim) = ctx.claims.by_uid(uid) {
-                claims.insert(claim.name_any());
-            }
-        }
-        for claim in &claims {
-            ctx.wake.claim(&namespace, claim);
-        }
+        wake_claims_of(ctx, &namespace, &name, [old, new].into_iter().flatten());
         let became_idle = new.and_then(|pod| label(pod, labels::PHASE)) == Some("Idle")
             && old.and_then(|pod| label(pod, labels::PHASE)) != Some("Idle");
         if became_idle && let Some(pool) = new.and_then(|pod| label(pod, labels::POOL_NAME)) {
             wake_waiting_claims(ctx, &namespace, pool);
         }
     }
+}
+
+/// Wakes the claims that point at the pod `namespace/name` or own one of
+/// its versions `seen`.
+fn wake_claims_of<'a, R>(ctx: &Context<R>, namespace: &str, name: &str, seen: impl Iterator<Item = &'a Arc<Pod>>) {
+    let mut claims: BTreeSet<String> = ctx.claims.pointing_at(namespace, name);
+    for uid in seen.filter_map(|pod| label(pod, labels::CLAIM_UID)) {
+        if let Some(claim) = ctx.claims.by_uid(uid) {
+            claims.insert(claim.name_any());
+        }
+    }
+    for claim in &claims {
+        ctx.wake.claim(namespace, claim);
+    }
+}
+
+/// Node `node` was cordoned or uncordoned: its pods read differently, so
+/// their claims and pools decide again. Returns how many pods it has.
+pub fn node_changed<R>(ctx: &Context<R>, node: &str) -> usize {
+    let pods = ctx.pods.on_node(node);
+    let mut pools: BTreeSet<(String, &str)> = BTreeSet::new();
+    for pod in &pods {
+        let (namespace, name) = key_of(pod.as_ref());
+        wake_claims_of(ctx, &namespace, &name, std::iter::once(pod));
+        if let Some(pool) = label(pod, labels::POOL_NAME) {
+            pools.insert((namespace, pool));
+        }
+    }
+    for (namespace, pool) in pools {
+        ctx.wake.pool(&namespace, pool);
+    }
+    pods.len()
 }
 
 /// A pod turned Idle: wake as many claims of its pool that hold nothing as

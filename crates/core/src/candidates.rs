@@ -31,8 +31,8 @@ pub enum Ineligible {
     Deleting,
     /// It cannot serve.
     Failed,
-    /// It carries `matrixorigin.io/store-cordon`: node maintenance wants
-    /// tenants off it.
+    /// It carries `matrixorigin.io/store-cordon` or its node is cordoned:
+    /// node maintenance wants tenants off it.
     Cordoned,
     /// It is in no pool, or not in the claim's pool.
     OtherPool,
@@ -69,7 +69,9 @@ impl Ineligible {
             Self::Owned => "another claim holds it",
             Self::Deleting => "it is being deleted",
             Self::Failed => "it has failed",
-            Self::Cordoned => "it is cordoned for maintenance (matrixorigin.io/store-cordon)",
+            Self::Cordoned => {
+                "it is cordoned for maintenance (matrixorigin.io/store-cordon, or its node is unschedulable)"
+            }
             Self::OtherPool => "it is not in the claim's pool",
             Self::PoolUnavailable => "its pool is unknown or being deleted",
             Self::Outdated => "it runs an old pool template",

@@ -39,7 +39,7 @@
 //! | 17 | holds its recorded pod, which is not phase Bound or whose binding annotation or additional labels differ from the spec | `RewriteBinding` |
 //! | 18 | holds its recorded pod; its store is not observed Working with exactly the claim's CN labels (missing within the bound, or HAKeeper not asked) | `WaitForStore` |
 //! | 19 | holds its recorded pod, whose store serves; phase not Bound/Outdated | `MarkBound` |
-//! | 20c | holds its recorded pod, whose store serves, which carries `matrixorigin.io/store-cordon`; phase Bound or Outdated; no `sourcePod` | `StartMigration(Cordoned)`: `sourcePod` = that pod, `spec.podName` removed (cnpool picks the target) |
+//! | 20c | holds its recorded pod, whose store serves, which carries `matrixorigin.io/store-cordon` or runs on a cordoned node (`spec.unschedulable`); phase Bound or Outdated; no `sourcePod` | `StartMigration(Cordoned)`: `sourcePod` = that pod, `spec.podName` removed (cnpool picks the target) |
 //! | 20o | the same pod, not cordoned, of an old template of its pool by its revision label (or labelled outdated); phase Bound | `MarkOutdated` |
 //! | 20u | the same pod, of its pool's current template; phase Outdated | `MarkBound` |
 //! | 20r | phase Outdated; standalone; the pool's rollout allows one more migration | `StartMigration(Outdated)` |
@@ -253,7 +253,8 @@ impl<'a> Release<'a> {
 /// Why cnpool itself starts a migration.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MigrationCause {
-    /// The pod carries `matrixorigin.io/store-cordon` (node maintenance).
+    /// The pod carries `matrixorigin.io/store-cordon`, or its node is
+    /// cordoned (node maintenance).
     Cordoned,
     /// The pod runs an old template of its pool (a template rollout).
     Outdated,

@@ -5,7 +5,9 @@
 //! `reclaimed-at` that is not RFC 3339 reads as absent, a
 //! `pod-deletion-cost` that is not an integer as 0. Whether a pod has
 //! `failed` is read from its phase (Failed or Succeeded) only; a controller
-//! that also judges container crashes sets the field itself.
+//! that also judges container crashes sets the field itself. Whether the
+//! pod's node is cordoned (`spec.unschedulable`) is not on the pod: the
+//! caller, which watches Nodes, says so.
 
 use std::time::Duration;
 
@@ -58,8 +60,10 @@ fn non_empty(text: &str) -> Option<String> {
     (!text.is_empty()).then(|| text.to_owned())
 }
 
-/// Reads a pod.
-pub fn pod_view(pod: &Pod) -> Result<PodView, ConvertError> {
+/// Reads a pod; `node_cordoned` says whether the node it runs on is marked
+/// unschedulable (`kubectl cordon`, the first step of `kubectl drain`),
+/// which the decisions treat as `matrixorigin.io/store-cordon`.
+pub fn pod_view(pod: &Pod, node_cordoned: bool) -> Result<PodView, ConvertError> {
     let meta = &pod.metadata;
     let labels = meta.labels.clone().unwrap_or_default();
     let label = |key: &str| labels.get(key).and_then(|value| non_empty(value));
@@ -82,7 +86,7 @@ pub fn pod_view(pod: &Pod) -> Result<PodView, ConvertError> {
         last_owner: label(labels::LAST_OWNER),
         delete_on_reclaim: annotation(labels::DELETE_ON_RECLAIM).is_some(),
         reclaimed_at: annotation(labels::RECLAIMED_AT).and_then(|time| time.parse().ok()),
-        cordoned: annotation(labels::STORE_CORDON).is_some(),
+        cordoned: node_cordoned || annotation(labels::STORE_CORDON).is_some(),
         // Hashing the name is the costly part of reading a pod: only for a
         // pod without the label.
         store_uuid: label(labels::CN_UUID)

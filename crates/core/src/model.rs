@@ -46,8 +46,9 @@ pub struct PodView {
     pub delete_on_reclaim: bool,
     /// The `reclaimed-at` annotation: when the pod was last released.
     pub reclaimed_at: Option<Timestamp>,
-    /// The `store-cordon` annotation is present (node maintenance asked for
-    /// the tenant to move away).
+    /// The `store-cordon` annotation is present, or the pod's node is
+    /// cordoned (`spec.unschedulable`): node maintenance asks for the tenant
+    /// to move away, and for the pod to be offered to no claim.
     pub cordoned: bool,
     /// UUID of the pod's CN store in HAKeeper.
     pub store_uuid: Option<String>,

@@ -7,7 +7,8 @@
 //!
 //! - **Supply**: unowned, healthy, not deleting, phase Idle or Unknown, of
 //!   the current revision, not outdated and not cordoned
-//!   (`matrixorigin.io/store-cordon`); plus expected creations.
+//!   (`matrixorigin.io/store-cordon`, or on a cordoned node); plus expected
+//!   creations.
 //! - **Stale**: unowned, not deleting, phase Idle or Unknown, but of an old
 //!   revision, outdated, cordoned or failed. Always retired; never supply.
 //! - **Scale-in** retires Idle supply pods only, fewest sessions

@@ -3,7 +3,9 @@
 //! in tests, `cnpool dev` and the simulator).
 //!
 //! - **Start**: a pool pod (labelled `pool-name`) is scheduled and started
-//!   `start_delay` after the world first sees it: bound to the node, then
+//!   `start_delay` after the world first sees it: bound to the first of the
+//!   world's nodes whose Node object is not cordoned (`spec.unschedulable`;
+//!   a node without a Node object counts as schedulable), then
 //!   status Running and Ready with a container start time and a pod IP;
 //!   then its CN registers its store with HAKeeper under the UUID its DNS
 //!   name gives ([`cnpool_api::cn_store_uuid`]).
@@ -25,7 +27,7 @@
 //! Nothing here draws random numbers: delays are parameters, pod IPs come
 //! from a counter, so the same inputs give the same writes.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -35,7 +37,7 @@ use cnpool_morpc::server::{ServerHandle, bind_query_service};
 use cnpool_registry::Workload;
 use cnpool_registry::memory::{MemoryRegistry, StoreAddresses};
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -52,8 +54,9 @@ pub struct WorldConfig {
     pub session_leave_delay: Duration,
     /// Sessions a bound CN carries.
     pub sessions_per_cn: u64,
-    /// The node pods are scheduled to.
-    pub node_name: String,
+    /// The nodes pods are scheduled to, in order of preference: a pod goes
+    /// to the first one that is not cordoned.
+    pub nodes: Vec<String>,
     /// Whether each running CN serves its query service over morpc on
     /// loopback (see the crate docs).
     pub cn_query_services: bool,
@@ -66,7 +69,7 @@ impl Default for WorldConfig {
             stop_delay: Duration::from_millis(100),
             session_leave_delay: Duration::from_millis(300),
             sessions_per_cn: 2,
-            node_name: "sim-node-0".into(),
+            nodes: vec!["sim-node-0".into()],
             cn_query_services: false,
         }
     }
@@ -102,6 +105,8 @@ struct PodState {
 struct State {
     pods: HashMap<String, PodState>,
     next_ip: u32,
+    /// Names of the Nodes whose `spec.unschedulable` is true.
+    cordoned_nodes: HashSet<String>,
 }
 
 /// Where the world reads the time of day it writes into pod status.
@@ -153,10 +158,19 @@ impl World {
         let pods: Api<Pod> = Api::all(self.client.clone());
         let config = watcher::Config::default().labels(labels::POOL_NAME);
         let mut events = watcher(pods, config).default_backoff().boxed();
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        let mut node_events = watcher(nodes, watcher::Config::default()).default_backoff().boxed();
         let mut shutdown = std::pin::pin!(shutdown);
         loop {
             tokio::select! {
                 () = &mut shutdown => return,
+                event = node_events.next() => match event {
+                    Some(Ok(watcher::Event::Apply(node) | watcher::Event::InitApply(node))) => self.observe_node(&node),
+                    Some(Ok(watcher::Event::Delete(node))) => self.forget_node(&node),
+                    Some(Ok(_)) => {}
+                    Some(Err(error)) => tracing::debug!(%error, "world: node watch failed; retrying"),
+                    None => return,
+                },
                 event = events.next() => match event {
                     Some(Ok(watcher::Event::Apply(pod) | watcher::Event::InitApply(pod))) => self.observe(pod),
                     Some(Ok(watcher::Event::Delete(pod))) => self.forget(&pod),
@@ -210,6 +224,32 @@ impl World {
                 tokio::spawn(self.clone().sessions_leave(pod.metadata.uid.clone().unwrap_or_default(), uuid, epoch));
             }
         }
+    }
+
+    /// Notes whether `node` is cordoned.
+    fn observe_node(&self, node: &Node) {
+        let Some(name) = node.metadata.name.clone() else { return };
+        let mut state = self.state();
+        if node.spec.as_ref().and_then(|spec| spec.unschedulable) == Some(true) {
+            state.cordoned_nodes.insert(name);
+        } else {
+            state.cordoned_nodes.remove(&name);
+        }
+    }
+
+    fn forget_node(&self, node: &Node) {
+        if let Some(name) = node.metadata.name.as_deref() {
+            self.state().cordoned_nodes.remove(name);
+        }
+    }
+
+    /// The node a new pod goes to: the first of the world's nodes not
+    /// cordoned, or — as a scheduler would leave a pod Pending, which the
+    /// world does not model — the first one when all are.
+    fn pick_node(&self) -> String {
+        let state = self.state();
+        let schedulable = self.config.nodes.iter().find(|node| !state.cordoned_nodes.contains(*node));
+        schedulable.or(self.config.nodes.first()).cloned().unwrap_or_default()
     }
 
     fn forget(&self, pod: &Pod) {
@@ -291,23 +331,24 @@ impl World {
         Some(address)
     }
 
-    /// Assigns the pod to the world's node as a scheduler does: through the
-    /// `binding` subresource, since a real API server refuses to change
+    /// Assigns the pod to a node ([`Self::pick_node`]) as a scheduler does:
+    /// through the `binding` subresource, since a real API server refuses to change
     /// `spec.nodeName` of an existing pod; where the server has no such
     /// subresource (the embedded one), by patching `spec.nodeName`.
     async fn schedule(&self, pod: &Pod, namespace: &str, name: &str) -> Result<(), kube::Error> {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
+        let node = self.pick_node();
         let binding = json!({
             "apiVersion": "v1", "kind": "Binding",
             "metadata": {"name": name, "uid": uid},
-            "target": {"apiVersion": "v1", "kind": "Node", "name": self.config.node_name},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
         });
         let bindings: Api<DynamicObject> =
             Api::namespaced_with(self.client.clone(), namespace, &ApiResource::erase::<Pod>(&()));
         match bindings.create_subresource::<_, DynamicObject>("binding", name, &PostParams::default(), &binding).await {
             Err(kube::Error::Api(status)) if status.code == 404 || status.code == 405 => {
                 let pods: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
-                let schedule = json!({"metadata": {"uid": uid}, "spec": {"nodeName": self.config.node_name}});
+                let schedule = json!({"metadata": {"uid": uid}, "spec": {"nodeName": node}});
                 pods.patch(name, &PatchParams::default(), &Patch::Merge(&schedule)).await.map(drop)
             }
             result => result.map(drop),

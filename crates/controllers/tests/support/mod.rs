@@ -91,9 +91,17 @@ enum NodeSide {
 }
 
 async fn real_client(path: impl AsRef<Path>) -> kube::Client {
-    let kubeconfig = kube::config::Kubeconfig::read_from(path).expect("the cluster's kubeconfig");
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await.expect("kube config");
+    kube::Client::try_from(real_config(path).await).expect("kube client")
+}
+
+fn client_without_retries(mut config: kube::Config) -> kube::Client {
+    config.default_retry = false;
     kube::Client::try_from(config).expect("kube client")
+}
+
+async fn real_config(path: impl AsRef<Path>) -> kube::Config {
+    let kubeconfig = kube::config::Kubeconfig::read_from(path).expect("the cluster's kubeconfig");
+    kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await.expect("kube config")
 }
 
 pub struct Cluster {
@@ -325,6 +333,17 @@ impl Cluster {
             stopped(&self.stop),
         );
         tokio::spawn(run);
+    }
+
+    /// A client that answers a refusal at once: kube's default client
+    /// retries a 429 (a refused eviction) up to 15 times, honouring the
+    /// server's Retry-After (10 s from kube-apiserver 1.20), for minutes.
+    pub async fn client_without_retries(&self) -> kube::Client {
+        match &self.target {
+            Target::Embedded(server) => server.client(),
+            Target::Real { kubeconfig } => client_without_retries(real_config(kubeconfig).await),
+            Target::ServedByDev { kubeconfig } => client_without_retries(real_config(kubeconfig).await),
+        }
     }
 
     /// The cluster's namespace.

@@ -36,7 +36,7 @@ fn bound_pod_json() -> serde_json::Value {
 
 #[test]
 fn reads_a_bound_pod() {
-    let view = pod_view(&pod(bound_pod_json())).unwrap();
+    let view = pod_view(&pod(bound_pod_json()), false).unwrap();
     assert_eq!((view.name.as_str(), view.uid.as_str()), ("mo-cn-0", "pod-uid"));
     assert_eq!(view.phase, Some(PodPhase::Bound));
     assert_eq!(view.pool.as_deref(), Some("pool"));
@@ -59,7 +59,7 @@ fn reads_a_bound_pod() {
 fn the_store_uuid_label_wins_over_the_dns_name() {
     let mut value = bound_pod_json();
     value["metadata"]["labels"]["matrixone.cloud/cn-uuid"] = json!("from-label");
-    assert_eq!(pod_view(&pod(value)).unwrap().store_uuid.as_deref(), Some("from-label"));
+    assert_eq!(pod_view(&pod(value), false).unwrap().store_uuid.as_deref(), Some("from-label"));
 }
 
 #[test]
@@ -72,17 +72,23 @@ fn reads_flags_and_a_failed_phase() {
     value["metadata"]["annotations"]["matrixorigin.io/store-cordon"] = json!("true");
     value["metadata"]["annotations"]["matrixorigin.io/reclaimed-at"] = json!("yesterday");
     value["status"]["phase"] = json!("Failed");
-    let view = pod_view(&pod(value)).unwrap();
+    let view = pod_view(&pod(value), false).unwrap();
     assert!(view.deleting && view.outdated && view.delete_on_reclaim && view.cordoned && view.failed);
     assert_eq!(view.phase, None, "a phase no operator writes");
     assert_eq!(view.reclaimed_at, None, "an unreadable time reads as absent");
 }
 
 #[test]
+fn a_pod_on_a_cordoned_node_reads_as_cordoned_without_the_annotation() {
+    assert!(pod_view(&pod(bound_pod_json()), true).unwrap().cordoned);
+    assert!(!pod_view(&pod(bound_pod_json()), false).unwrap().cordoned);
+}
+
+#[test]
 fn a_pod_without_a_uid_is_refused_with_the_field_named() {
     let mut value = bound_pod_json();
     value["metadata"].as_object_mut().unwrap().remove("uid");
-    let error = pod_view(&pod(value)).unwrap_err();
+    let error = pod_view(&pod(value), false).unwrap_err();
     assert_eq!(error, ConvertError::MissingField { kind: "Pod", field: "metadata.uid" });
     assert!(error.to_string().contains("metadata.uid"));
 }
