@@ -125,8 +125,15 @@ struct ClaimRecord {
 }
 
 impl ClaimRecord {
+    /// Whether the claim says it has a serving pod: Bound, or Outdated (Bound
+    /// to a pod of an old template, waiting for its turn in a rollout).
+    fn holds(&self) -> bool {
+        matches!(self.phase.as_str(), "Bound" | "Outdated")
+    }
+
+    /// The pod a holding claim says it is Bound to.
     fn bound_pod(&self) -> Option<&str> {
-        if self.phase != "Bound" || self.deleting {
+        if !self.holds() || self.deleting {
             return None;
         }
         self.recorded_pod.as_deref().or(Some(self.spec_pod.as_str()).filter(|pod| !pod.is_empty()))
@@ -369,7 +376,7 @@ impl Checker {
             });
             self.bounded(Invariant::I2, format!("{subject} store"), store_missing, store_bound, now);
             // I4: with capacity to spare, a claim is Bound soon after its creation or loss.
-            let waiting = (!claim.deleting && claim.phase != "Bound" && spare)
+            let waiting = (!claim.deleting && !claim.holds() && spare)
                 .then(|| format!("claim {} is {}", key.1, if claim.phase.is_empty() { "new" } else { &claim.phase }));
             self.bounded(Invariant::I4, subject.clone(), waiting, BOUND_30S + self.bounds.start_delay, now);
             // I7: a Bound claim's store carries its labels and is Working.
