@@ -88,6 +88,9 @@ pub fn run(args: SimArgs) -> anyhow::Result<bool> {
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get().min(2)))
         .clamp(1, args.seeds.max(1) as usize);
     let controllers = Controllers::from(args.controller);
+    if let Source::File(scenario) = &source {
+        cnpool_sim::run::supports(scenario, controllers).with_context(|| args.scenario.clone())?;
+    }
     let summary = Arc::new(Mutex::new(Summary::new(&name, controllers)));
     let next = AtomicU64::new(0);
     let done = AtomicU64::new(0);

@@ -142,8 +142,8 @@ pub struct Config {
     /// source is released (the proxy's routing catches up meanwhile).
     pub migration_propagation_delay: Duration,
     /// Changes of other objects wake one object at most once per this
-    /// interval, a pool once per `pool_wake_interval` (requeues are not
-    /// held back).
+    /// interval, a pool or a claim set once per `pool_wake_interval`
+    /// (requeues are not held back).
     pub wake_interval: Duration,
     pub pool_wake_interval: Duration,
     /// This operator instance's name in Events.

@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use cnpool_api::{CNClaim, CNClaimSet, CNPool, labels};
+use cnpool_api::{CNClaim, CNClaimSet, CNPool, ClaimPhase, labels};
 use futures::channel::mpsc::{UnboundedReceiver, UnboundedSender, unbounded};
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
@@ -35,8 +35,9 @@ pub struct Wakers {
 }
 
 impl Wakers {
-    /// Wakers that wake one object at most once per `interval` (a pool
-    /// once per `pool_interval`).
+    /// Wakers that wake one object at most once per `interval` (a pool or
+    /// a claim set, each the sum of many objects whose changes come in
+    /// bursts, once per `pool_interval`).
     pub fn new(interval: Duration, pool_interval: Duration) -> Self {
         let (claims, claim_rx) = unbounded();
         let (pools, pool_rx) = unbounded();
@@ -46,7 +47,7 @@ impl Wakers {
         Self {
             claims: Throttled::new(claims, interval),
             pools: Throttled::new(pools, pool_interval),
-            claim_sets: Throttled::new(claim_sets, interval),
+            claim_sets: Throttled::new(claim_sets, pool_interval),
             pods: Throttled::new(pods, interval),
             receivers: Mutex::new(Some(receivers)),
         }
@@ -299,6 +300,19 @@ fn wake_waiting_claims<R>(ctx: &Context<R>, namespace: &str, pool: &str) {
     }
 }
 
+/// Wakes the Outdated standalone claims of `pool` that do not migrate yet.
+fn wake_outdated_claims<R>(ctx: &Context<R>, namespace: &str, pool: &str) {
+    let outdated = ctx.claims.in_pool(namespace, pool).into_iter().filter(|claim| {
+        claim.phase() == Some(ClaimPhase::Outdated)
+            && claim.spec.source_pod.is_none()
+            && claim.metadata.deletion_timestamp.is_none()
+            && controlling_set(claim).is_none()
+    });
+    for claim in outdated {
+        ctx.wake.claim(namespace, &claim.name_any());
+    }
+}
+
 pub fn claim_changed<R>(ctx: &Context<R>, (old, new): Change<'_, CNClaim>) {
     let Some(any) = new.or(old) else { return };
     let (namespace, name) = key_of(any.as_ref());
@@ -360,6 +374,14 @@ pub fn claim_changed<R>(ctx: &Context<R>, (old, new): Change<'_, CNClaim>) {
     }
     for pool in &pools {
         ctx.wake.pool(&namespace, pool);
+    }
+    // A migration over (or its claim gone): the pool's Outdated standalone
+    // claims, which wait for no migration to run in their pool, may start
+    // the next one now rather than at their resync.
+    let migrated = old.is_some_and(|claim| claim.spec.source_pod.is_some())
+        && new.is_none_or(|claim| claim.spec.source_pod.is_none());
+    if migrated && !any.spec.pool_name.is_empty() {
+        wake_outdated_claims(ctx, &namespace, &any.spec.pool_name);
     }
     // A claim going away: its pods are checked for orphans.
     let going = new.is_none_or(|claim| claim.metadata.deletion_timestamp.is_some());

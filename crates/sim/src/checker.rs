@@ -125,8 +125,15 @@ struct ClaimRecord {
 }
 
 impl ClaimRecord {
+    /// Whether the claim says it has a serving pod: Bound, or Outdated (Bound
+    /// to a pod of an old template, waiting for its turn in a rollout).
+    fn holds(&self) -> bool {
+        matches!(self.phase.as_str(), "Bound" | "Outdated")
+    }
+
+    /// The pod a holding claim says it is Bound to.
     fn bound_pod(&self) -> Option<&str> {
-        if self.phase != "Bound" || self.deleting {
+        if !self.holds() || self.deleting {
             return None;
         }
         self.recorded_pod.as_deref().or(Some(self.spec_pod.as_str()).filter(|pod| !pod.is_empty()))
@@ -400,7 +407,7 @@ impl Checker {
             });
             track(Invariant::I2, Subject::ClaimStore, &key.1, store_missing, store_bound);
             // I4: with capacity to spare, a claim is Bound soon after its creation or loss.
-            let waiting = (!claim.deleting && claim.phase != "Bound" && spare)
+            let waiting = (!claim.deleting && !claim.holds() && spare)
                 .then(|| format!("claim {} is {}", key.1, if claim.phase.is_empty() { "new" } else { &claim.phase }));
             track(Invariant::I4, Subject::Claim, &key.1, waiting, BOUND_30S + bounds.start_delay);
             // I7: a Bound claim's store carries its labels and is Working.

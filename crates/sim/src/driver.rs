@@ -167,7 +167,8 @@ where
 }
 
 /// Runs one replica on `client` until `shutdown`: its caches, its registry
-/// poll and its three controllers. Its memory dies with it.
+/// poll and its four controllers (claims, pools, claim sets, pods), as
+/// `cnpool_controllers::run` runs them. Its memory dies with it.
 pub async fn run_replica(
     client: kube::Client,
     registry: MemoryRegistry,
@@ -176,7 +177,7 @@ pub async fn run_replica(
     shutdown: Shared<BoxFuture<'static, ()>>,
 ) {
     let replica = config.instance.clone();
-    let Wiring { ctx, informers, pods, claims, pools, triggers, .. } =
+    let Wiring { ctx, informers, pods, claims, pools, claim_sets, triggers } =
         cnpool_controllers::wire(client, registry, config, &cnpool_controllers::Telemetry::default(), shutdown.clone());
     let claim_controller = Controller {
         replica: replica.clone(),
@@ -194,6 +195,14 @@ pub async fn run_replica(
         reconcile: cnpool_controllers::pool::reconcile::<MemoryRegistry>,
         error_policy: cnpool_controllers::pool::error_policy::<MemoryRegistry>,
     };
+    let claim_set_controller = Controller {
+        replica: replica.clone(),
+        kind: "CNClaimSet",
+        store: claim_sets,
+        triggers: triggers.claim_sets,
+        reconcile: cnpool_controllers::claim_set::reconcile::<MemoryRegistry>,
+        error_policy: cnpool_controllers::claim_set::error_policy::<MemoryRegistry>,
+    };
     let store_controller = Controller {
         replica: replica.clone(),
         kind: "Pod",
@@ -202,10 +211,11 @@ pub async fn run_replica(
         reconcile: cnpool_controllers::store::reconcile::<MemoryRegistry>,
         error_policy: cnpool_controllers::store::error_policy::<MemoryRegistry>,
     };
-    futures::future::join4(
+    futures::future::join5(
         informers,
         claim_controller.run(ctx.clone(), ledger.clone(), shutdown.clone()),
         pool_controller.run(ctx.clone(), ledger.clone(), shutdown.clone()),
+        claim_set_controller.run(ctx.clone(), ledger.clone(), shutdown.clone()),
         store_controller.run(ctx, ledger, shutdown),
     )
     .map(drop)

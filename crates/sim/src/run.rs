@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use cnpool_api::{CNClaim, CNPool, ClaimPhase, labels};
+use cnpool_api::{CNClaim, CNClaimSet, CNPool, ClaimPhase, labels};
 use cnpool_apiserver::{ApiServer, Event};
 use cnpool_registry::memory::{CallKind, MemoryRegistry};
 use cnpool_registry::{RegistryError, Workload};
@@ -30,7 +30,7 @@ use crate::checker::{Bounds, Checker, OwnerLabel, Violation};
 use crate::gate::{self, FaultSwitch};
 use crate::ledger::{Actor, ApiCounts, Fault, Ledger};
 use crate::report::Timeline;
-use crate::scenario::{Action, QUIET_WINDOW, Scenario};
+use crate::scenario::{Action, ClaimSetShape, Migrations, QUIET_WINDOW, Scenario, TemplateChange};
 use crate::{driver, legacy};
 
 /// Where virtual time starts: the evening the incident began.
@@ -113,6 +113,18 @@ pub enum RunError {
     Setup(#[source] kube::Error),
     #[error("the checker fell {0} commits behind the server")]
     CheckerLagged(u64),
+    #[error("step {step} ({kind}) cannot run with --controller {controllers}: {why}; run it with cnpool's controllers")]
+    Unsupported { controllers: &'static str, step: usize, kind: &'static str, why: &'static str },
+}
+
+/// Whether `controllers` can run every step of `scenario`.
+pub fn supports(scenario: &Scenario, controllers: Controllers) -> Result<(), RunError> {
+    match (controllers, scenario.unsupported_by_legacy()) {
+        (Controllers::Legacy, Some((step, kind, why))) => {
+            Err(RunError::Unsupported { controllers: controllers.name(), step, kind, why })
+        }
+        _ => Ok(()),
+    }
 }
 
 /// Counts the log lines a run writes, at INFO or above, in its ledger.
@@ -169,6 +181,7 @@ pub fn run_observed(
     keep: Keep,
     observer: Arc<dyn Observer>,
 ) -> Result<Outcome, RunError> {
+    supports(scenario, controllers)?;
     // kube-runtime's watch backoff draws its jitter from fastrand's
     // thread-local generator: seed it, so that the jitter repeats too.
     fastrand::seed(seed);
@@ -533,6 +546,24 @@ fn claim(name: &str, pool: &str, system: bool) -> Value {
     })
 }
 
+/// A claim set of the scenario's pool; its members ask for what a
+/// standalone claim of [`claim`] asks for.
+fn claim_set(name: &str, pool: &str, replicas: u32) -> Value {
+    json!({
+        "apiVersion": "core.matrixorigin.io/v1alpha1",
+        "kind": "CNClaimSet",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": {
+            "replicas": replicas,
+            "template": {"spec": {
+                "selector": {"matchLabels": {"tier": "standard"}},
+                "poolName": pool,
+                "cnLabels": [{"key": "account", "values": [name]}],
+            }},
+        },
+    })
+}
+
 /// Up to `count` of `items`, drawn without repetition.
 fn pick<T: Clone>(rng: &mut fastrand::Rng, items: &[T], count: u32) -> Vec<T> {
     let mut items = items.to_vec();
@@ -557,7 +588,8 @@ fn name(pod: &Pod) -> String {
 
 /// An outside client's migrations: targets from the Idle pods it sees now,
 /// written `view_age` later.
-async fn migrate_claims(sim: Arc<Sim>, count: u32, view_age: Duration, mut rng: fastrand::Rng) {
+async fn migrate_claims(sim: Arc<Sim>, migrations: Migrations, mut rng: fastrand::Rng) {
+    let Migrations { count, view_age, operator_chosen } = migrations;
     let claims: Api<CNClaim> = Api::namespaced(sim.control.clone(), NAMESPACE);
     let targets: Vec<String> =
         pool_pods(&sim).await.iter().filter(|pod| phase(pod) == Some("Idle")).map(name).collect();
@@ -573,7 +605,10 @@ async fn migrate_claims(sim: Arc<Sim>, count: u32, view_age: Duration, mut rng: 
         .collect();
     for (index, claim) in pick(&mut rng, &bound, count).into_iter().enumerate() {
         let claim_name = claim.metadata.name.clone().unwrap_or_default();
-        let target = (!targets.is_empty()).then(|| targets[index % targets.len()].clone());
+        // Drawn only when asked for, so that scenarios without the share
+        // keep their traces.
+        let chosen = operator_chosen > 0.0 && rng.f64() < operator_chosen;
+        let target = (!targets.is_empty() && !chosen).then(|| targets[index % targets.len()].clone());
         sim.ledger.trace(format_args!(
             "CONTROL migrate claim {claim_name} from {} to {}",
             claim.spec.pod_name,
@@ -637,10 +672,38 @@ async fn act(sim: &Arc<Sim>, action: &Action, rng: &mut fastrand::Rng) {
                 let _ = pods.delete(&name(&pod), &DeleteParams::default()).await;
             }
         }
-        Action::MigrateClaims { count, view_age } => {
+        Action::MigrateClaims(migrations) => {
             // The client acts later; the scenario goes on meanwhile.
             let rng = fastrand::Rng::with_seed(rng.u64(..));
-            tokio::spawn(migrate_claims(sim.clone(), *count, *view_age, rng));
+            tokio::spawn(migrate_claims(sim.clone(), migrations.clone(), rng));
+        }
+        Action::ChangeTemplate(TemplateChange { image }) => {
+            let pool = pool_name(sim).await;
+            sim.ledger.trace(format_args!("CONTROL pool {pool} template image {image}"));
+            let patch = json!({"spec": {"template": {"spec": {"containers": [{"name": "cn", "image": image}]}}}});
+            let pools: Api<CNPool> = Api::namespaced(sim.control.clone(), NAMESPACE);
+            if let Err(error) = pools.patch(&pool, &PatchParams::default(), &Patch::Merge(&patch)).await {
+                tracing::debug!(%error, pool, "control plane: template change refused");
+            }
+        }
+        Action::CreateClaimSet(ClaimSetShape { name, replicas }) => {
+            sim.ledger.trace(format_args!("CONTROL create claim set {name} of {replicas}"));
+            let sets: Api<CNClaimSet> = Api::namespaced(sim.control.clone(), NAMESPACE);
+            let Ok(object) = serde_json::from_value::<CNClaimSet>(claim_set(name, &pool_name(sim).await, *replicas))
+            else {
+                return;
+            };
+            if let Err(error) = sets.create(&PostParams::default(), &object).await {
+                tracing::debug!(%error, claim_set = name, "control plane: claim set refused");
+            }
+        }
+        Action::ScaleClaimSet(ClaimSetShape { name, replicas }) => {
+            sim.ledger.trace(format_args!("CONTROL scale claim set {name} to {replicas}"));
+            let sets: Api<CNClaimSet> = Api::namespaced(sim.control.clone(), NAMESPACE);
+            let patch = json!({"spec": {"replicas": replicas}});
+            if let Err(error) = sets.patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+                tracing::debug!(%error, claim_set = name, "control plane: scale refused");
+            }
         }
         Action::CrashBoundPods { count } => {
             let bound: Vec<Pod> = pool_pods(sim).await.into_iter().filter(|pod| phase(pod) == Some("Bound")).collect();

@@ -137,17 +137,65 @@ pub enum Action {
     DeleteBoundPods { count: u32 },
     /// Fails the CN of `count` bound pods.
     CrashBoundPods { count: u32 },
-    /// Starts `count` migrations as an outside client does: it notes the
-    /// Idle pods it sees, `viewAge` later sets `spec.sourcePod` of Bound
-    /// claims to their pods and `spec.podName` to those targets (in turn,
-    /// so two claims may name one), or leaves the choice to the operator
-    /// when it saw none. Meanwhile the targets may have been taken.
-    #[serde(rename_all = "camelCase")]
-    MigrateClaims {
-        count: u32,
-        #[serde(deserialize_with = "duration")]
-        view_age: Duration,
-    },
+    /// Starts migrations as an outside client does ([`Migrations`]).
+    MigrateClaims(Migrations),
+    /// Sets the image of the pool's pod template: a new template, so its
+    /// pods become outdated and the claims on them roll to new ones.
+    ChangeTemplate(TemplateChange),
+    /// Creates a claim set of the scenario's pool, run by the operator's
+    /// claim-set controller.
+    CreateClaimSet(ClaimSetShape),
+    /// Sets the `replicas` of a claim set created by an earlier step.
+    ScaleClaimSet(ClaimSetShape),
+}
+
+/// `count` migrations as an outside client starts them: it notes the Idle
+/// pods it sees, `viewAge` later sets `spec.sourcePod` of Bound claims to
+/// their pods and `spec.podName` to those targets (in turn, so two claims
+/// may name one), or leaves the choice to the operator when it saw none
+/// or for the `operatorChosen` share of them. Meanwhile the targets may
+/// have been taken.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Migrations {
+    pub count: u32,
+    #[serde(deserialize_with = "duration")]
+    pub view_age: Duration,
+    /// The share (0 to 1) of the migrations that leave `spec.podName`
+    /// empty for the operator to choose the target.
+    #[serde(default)]
+    pub operator_chosen: f64,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TemplateChange {
+    /// The new template's container image.
+    pub image: String,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ClaimSetShape {
+    pub name: String,
+    pub replicas: u32,
+}
+
+impl Action {
+    /// The step's name as a scenario spells it.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Action::CreateClaims { .. } => "createClaims",
+            Action::DeleteClaims { .. } => "deleteClaims",
+            Action::VanishStores { .. } => "vanishStores",
+            Action::DeleteBoundPods { .. } => "deleteBoundPods",
+            Action::CrashBoundPods { .. } => "crashBoundPods",
+            Action::MigrateClaims(_) => "migrateClaims",
+            Action::ChangeTemplate(_) => "changeTemplate",
+            Action::CreateClaimSet(_) => "createClaimSet",
+            Action::ScaleClaimSet(_) => "scaleClaimSet",
+        }
+    }
 }
 
 /// Reads "90s", "15m", "2h", "500ms" or "1h30m".
@@ -195,6 +243,8 @@ pub enum ScenarioError {
         #[source]
         source: Box<serde_saphyr::Error>,
     },
+    #[error("{path}: step {step} ({kind}): {problem}")]
+    Invalid { path: String, step: usize, kind: &'static str, problem: String },
 }
 
 /// The quiet minutes at the end of a run that must cost no operator write (I5).
@@ -202,8 +252,72 @@ pub const QUIET_WINDOW: Duration = Duration::from_secs(600);
 
 impl Scenario {
     pub fn from_yaml(path: &str, text: &str) -> Result<Self, ScenarioError> {
-        serde_saphyr::from_str(text)
-            .map_err(|source| ScenarioError::Parse { path: path.to_owned(), source: Box::new(source) })
+        let scenario: Self = serde_saphyr::from_str(text)
+            .map_err(|source| ScenarioError::Parse { path: path.to_owned(), source: Box::new(source) })?;
+        scenario.validate(path)?;
+        Ok(scenario)
+    }
+
+    /// What the types cannot say: shares within 0 to 1, claim sets named
+    /// once and created before they are scaled, images and names not empty.
+    fn validate(&self, path: &str) -> Result<(), ScenarioError> {
+        let mut sets: Vec<&str> = Vec::new();
+        for (index, step) in self.steps.iter().enumerate() {
+            let invalid = |problem: String| ScenarioError::Invalid {
+                path: path.to_owned(),
+                step: index + 1,
+                kind: step.action.kind(),
+                problem,
+            };
+            match &step.action {
+                Action::MigrateClaims(Migrations { operator_chosen, .. }) if !(0.0..=1.0).contains(operator_chosen) => {
+                    return Err(invalid(format!(
+                        "operatorChosen is {operator_chosen}; it is a share of the migrations, from 0 to 1"
+                    )));
+                }
+                Action::ChangeTemplate(TemplateChange { image }) if image.trim().is_empty() => {
+                    return Err(invalid("image is empty; give the new template's image, e.g. repo/cn:v2".into()));
+                }
+                Action::CreateClaimSet(ClaimSetShape { name, .. }) => {
+                    let valid = !name.is_empty()
+                        && name.len() <= 40
+                        && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+                        && !name.starts_with('-')
+                        && !name.ends_with('-');
+                    if !valid {
+                        return Err(invalid(format!(
+                            "name {name:?} is not a DNS label of at most 40 characters (a-z, 0-9, '-')"
+                        )));
+                    }
+                    if sets.contains(&name.as_str()) {
+                        return Err(invalid(format!("a claim set named {name:?} is created by an earlier step")));
+                    }
+                    sets.push(name);
+                }
+                Action::ScaleClaimSet(ClaimSetShape { name, .. }) if !sets.contains(&name.as_str()) => {
+                    return Err(invalid(format!(
+                        "no earlier createClaimSet step creates {name:?}; create the set first"
+                    )));
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// The first step the legacy model cannot run, with why: it has no
+    /// template revisions (the Go operator leaves old pods to a CN set of
+    /// their own, which the model does not have) and no claim-set
+    /// controller.
+    pub fn unsupported_by_legacy(&self) -> Option<(usize, &'static str, &'static str)> {
+        self.steps.iter().enumerate().find_map(|(index, step)| {
+            let why = match step.action {
+                Action::ChangeTemplate(_) => "the legacy model has no template revisions",
+                Action::CreateClaimSet(_) | Action::ScaleClaimSet(_) => "the legacy model has no claim-set controller",
+                _ => return None,
+            };
+            Some((index + 1, step.action.kind(), why))
+        })
     }
 
     /// The shortest settle that still ends with [`QUIET_WINDOW`] after
@@ -239,7 +353,11 @@ impl Scenario {
                 0 | 1 => Action::CreateClaims { count, system: 0 },
                 2 => Action::DeleteClaims { count },
                 3 => Action::VanishStores { count },
-                4 => Action::MigrateClaims { count, view_age: Duration::from_secs(rng.u64(0..=30)) },
+                4 => Action::MigrateClaims(Migrations {
+                    count,
+                    view_age: Duration::from_secs(rng.u64(0..=30)),
+                    operator_chosen: 0.0,
+                }),
                 _ => match rng.bool() {
                     true => Action::DeleteBoundPods { count },
                     false => Action::CrashBoundPods { count },
@@ -299,6 +417,62 @@ mod tests {
         assert_eq!(parse_duration("90s"), Some(Duration::from_secs(90)));
         assert_eq!(parse_duration("5 minutes"), None);
         assert_eq!(parse_duration(""), None);
+    }
+
+    fn bundled(name: &str) -> Scenario {
+        let path = format!("{}/../../scenarios/{name}", env!("CARGO_MANIFEST_DIR"));
+        Scenario::load(&path).unwrap()
+    }
+
+    #[test]
+    fn the_bundled_migration_and_rollout_scenarios_read() {
+        let storm = bundled("migration-storm.yaml");
+        let waves: Vec<&Migrations> = storm
+            .steps
+            .iter()
+            .filter_map(|step| match &step.action {
+                Action::MigrateClaims(migrations) => Some(migrations),
+                _ => None,
+            })
+            .collect();
+        assert!(waves.len() >= 3 && waves.iter().any(|wave| wave.count >= 10));
+        assert!(
+            waves.iter().any(|wave| wave.operator_chosen > 0.0) && waves.iter().any(|wave| wave.operator_chosen < 1.0)
+        );
+        assert!(storm.unsupported_by_legacy().is_none());
+        let rollout = bundled("rollout.yaml");
+        assert!(rollout.steps.iter().any(|step| matches!(step.action, Action::ChangeTemplate(_))));
+        assert_eq!(rollout.unsupported_by_legacy().map(|(_, kind, _)| kind), Some("createClaimSet"));
+    }
+
+    const HEAD: &str =
+        "name: t\nduration: 1m\nsettle: 1m\npool: {name: p, maxIdle: 1, maxPods: 3, drainTimeout: 1m, minDelay: 1s}\n";
+
+    fn refusal(steps: &str) -> String {
+        match Scenario::from_yaml("t.yaml", &format!("{HEAD}steps:\n{steps}")) {
+            Ok(_) => panic!("accepted: {steps}"),
+            Err(error) => error.to_string(),
+        }
+    }
+
+    #[test]
+    fn bad_steps_are_refused_naming_the_step_and_the_fix() {
+        let message = refusal("  - {at: 0s, migrateClaims: {count: 2, viewAge: 1s, operatorChosen: 1.5}}\n");
+        assert!(message.contains("step 1 (migrateClaims)") && message.contains("from 0 to 1"), "{message}");
+        let message = refusal("  - {at: 0s, scaleClaimSet: {name: web, replicas: 2}}\n");
+        assert!(message.contains("step 1 (scaleClaimSet)") && message.contains("create the set first"), "{message}");
+        let message = refusal(
+            "  - {at: 0s, createClaimSet: {name: web, replicas: 1}}\n  - {at: 1s, createClaimSet: {name: web, replicas: 2}}\n",
+        );
+        assert!(message.contains("step 2 (createClaimSet)"), "{message}");
+        let message = refusal("  - {at: 0s, createClaimSet: {name: Web_1, replicas: 1}}\n");
+        assert!(message.contains("DNS label"), "{message}");
+        let message = refusal("  - {at: 0s, changeTemplate: {image: \"\"}}\n");
+        assert!(message.contains("image is empty"), "{message}");
+        let message = refusal("  - {at: 0s, changeTemplate: {image: x, tag: y}}\n");
+        assert!(message.contains("tag"), "{message}");
+        let message = refusal("  - {at: 0s, migrateClaims: {count: 1, viewAge: 1s, operatorChoosen: 0.5}}\n");
+        assert!(message.contains("operatorChoosen"), "{message}");
     }
 
     #[test]

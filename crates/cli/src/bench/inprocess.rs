@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use cnpool_sim::checker::Invariant;
-use cnpool_sim::scenario::{Action, FaultRates, PoolShape, Step, WorldShape};
+use cnpool_sim::scenario::{Action, FaultRates, Migrations, PoolShape, Step, WorldShape};
 use cnpool_sim::{Controllers, Keep, Observer, Outcome, Scenario};
 use serde_json::{Value, json};
 
@@ -334,7 +334,8 @@ fn migration_case(args: &MigrationArgs) -> anyhow::Result<Table> {
     let acting = MIGRATE_AT + drain + Duration::from_secs(120);
     let mut scenario = no_faults("migration".into(), pool, world, acting, Duration::from_secs(60));
     scenario.steps.push(Step { at: Duration::ZERO, action: Action::CreateClaims { count: 1, system: 0 } });
-    scenario.steps.push(Step { at: MIGRATE_AT, action: Action::MigrateClaims { count: 1, view_age: Duration::ZERO } });
+    let migration = Migrations { count: 1, view_age: Duration::ZERO, operator_chosen: 0.0 };
+    scenario.steps.push(Step { at: MIGRATE_AT, action: Action::MigrateClaims(migration) });
     let mut costs = Vec::new();
     let mut outcomes = Vec::new();
     for controllers in CONTROLLERS {
