@@ -103,7 +103,7 @@ use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 
 use crate::cache::{Key, key_of};
-use crate::context::{Context, Kind};
+use crate::context::{ACQUIRED_LATELY, Context, Kind};
 use crate::error::{Error, is_not_found, is_stale};
 use crate::ownership::{self, Outcome, Transition};
 use crate::pool::read_pod;
@@ -243,8 +243,9 @@ fn may_roll<R>(ctx: &Context<R>, namespace: &str, held: Option<&PodView>) -> boo
     !migrating && !ctx.rolled_lately(namespace, pool)
 }
 
-/// The Idle pods of the pools `claim` may take from.
-fn candidate_pods<R>(ctx: &Context<R>, claim: &ClaimView, namespace: &str) -> Vec<Arc<Pod>> {
+/// The Idle pods of the pools `claim` may take from, and whether any were
+/// held back as acquired lately (by this process, or tried and refused).
+fn candidate_pods<R>(ctx: &Context<R>, claim: &ClaimView, namespace: &str) -> (Vec<Arc<Pod>>, bool) {
     let pools: Vec<String> = match &claim.pool_name {
         Some(pool) => vec![pool.clone()],
         None => ctx
@@ -255,11 +256,11 @@ fn candidate_pods<R>(ctx: &Context<R>, claim: &ClaimView, namespace: &str) -> Ve
             .map(|(pool, _)| pool.name_any())
             .collect(),
     };
-    pools
+    let (held_back, idle): (Vec<Arc<Pod>>, Vec<Arc<Pod>>) = pools
         .iter()
         .flat_map(|pool| ctx.pods.in_pool_phase(namespace, pool, "Idle"))
-        .filter(|pod| !pod.uid().is_some_and(|uid| ctx.acquired_lately(&uid)))
-        .collect()
+        .partition(|pod| pod.uid().is_some_and(|uid| ctx.acquired_lately(&uid)));
+    (idle, !held_back.is_empty())
 }
 
 async fn step<R: StoreRegistry>(ctx: &Context<R>, snap: &mut Snapshot, key: &Key) -> Result<Next, Error> {
@@ -277,7 +278,8 @@ async fn step<R: StoreRegistry>(ctx: &Context<R>, snap: &mut Snapshot, key: &Key
     // without its finalizer adds that first, whatever the pool offers.
     let may_pick =
         !view.deleting && view.has_finalizer && (view.pod_name.is_none() || view.phase == Some(ClaimPhase::Lost));
-    let candidate_raw = if may_pick { candidate_pods(ctx, &view, &namespace) } else { Vec::new() };
+    let (candidate_raw, held_back) =
+        if may_pick { candidate_pods(ctx, &view, &namespace) } else { (Vec::new(), false) };
     let candidates: Vec<PodView> = candidate_raw.iter().map(|pod| read_pod(ctx, pod)).collect::<Result<_, _>>()?;
     let held: Vec<&PodView> = owned
         .iter()
@@ -460,7 +462,11 @@ async fn step<R: StoreRegistry>(ctx: &Context<R>, snap: &mut Snapshot, key: &Key
                 let message = "waiting for an Idle pod of the pool";
                 write_condition(ctx, snap, BOUND_CONDITION, "False", "NoIdlePod", message).await?;
             }
-            Ok(Next::Done(Action::requeue(ctx.backoff(Kind::Claim, key))))
+            // A pod held back as acquired lately comes back when that note
+            // expires, with no event if its acquire was refused without a
+            // change: the wait for capacity must not outgrow the note.
+            let delay = ctx.backoff(Kind::Claim, key);
+            Ok(Next::Done(Action::requeue(if held_back { delay.min(ACQUIRED_LATELY) } else { delay })))
         }
         ClaimStep::Record(pod) => record(ctx, snap, &view, pod, store_view.as_ref()).await,
         ClaimStep::RewriteBinding(pod) => {

@@ -194,7 +194,7 @@ async fn discover_disruption_budgets(client: &kube::Client) -> Result<Option<Api
 }
 
 /// How long a pod just acquired is taken as such while the cache may lag.
-const ACQUIRED_LATELY: Duration = Duration::from_secs(5);
+pub(crate) const ACQUIRED_LATELY: Duration = Duration::from_secs(5);
 
 /// Notes `key` now, forgetting keys older than `horizon`.
 fn remember(map: &Mutex<BTreeMap<String, Instant>>, key: &str, horizon: Duration) {
