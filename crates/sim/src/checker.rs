@@ -335,10 +335,18 @@ impl Checker {
     /// I1 on a claim: no other live claim is Bound to its pod.
     fn check_bound_once(&mut self, key: &Key, now: Duration) {
         let Some(pod) = self.claims.get(key).and_then(ClaimRecord::bound_pod).map(str::to_owned) else { return };
+        let uid = self.claims.get(key).and_then(|claim| claim.recorded_pod_uid.clone());
+        // One pod: the same name, and the same UID where both claims
+        // recorded one (a pod of a reused name is another pod).
         let others: Vec<String> = self
             .claims
             .iter()
-            .filter(|(other, claim)| *other != key && other.0 == key.0 && claim.bound_pod() == Some(pod.as_str()))
+            .filter(|(other, claim)| {
+                *other != key
+                    && other.0 == key.0
+                    && claim.bound_pod() == Some(pod.as_str())
+                    && (uid.is_none() || claim.recorded_pod_uid.is_none() || claim.recorded_pod_uid == uid)
+            })
             .map(|(other, _)| other.1.clone())
             .collect();
         if !others.is_empty() {
