@@ -429,15 +429,18 @@ pub fn claim_set_changed<R>(ctx: &Context<R>, (old, new): Change<'_, CNClaimSet>
     }
 }
 
-/// HAKeeper's entry for `uuid` changed: wake its pod and the pod's claim.
+/// HAKeeper's entry for `uuid` changed: wake its pod and the pod's claim,
+/// and the pool of an Idle pod (which retires one whose store is missing).
 pub fn store_changed<R>(ctx: &Context<R>, uuid: &str) {
     for (namespace, name) in ctx.pods.with_store(uuid) {
         ctx.wake.pod(&namespace, &name);
-        let claim_uid = ctx
-            .pods
-            .get(&(namespace.clone(), name))
-            .and_then(|pod| pod.metadata.labels.as_ref().and_then(|labels| labels.get(labels::CLAIM_UID).cloned()));
-        if let Some(claim) = claim_uid.and_then(|uid| ctx.claims.by_uid(&uid)) {
+        let Some(pod) = ctx.pods.get(&(namespace.clone(), name)) else { continue };
+        if label(&pod, labels::PHASE) == Some("Idle")
+            && let Some(pool) = label(&pod, labels::POOL_NAME)
+        {
+            ctx.wake.pool(&namespace, pool);
+        }
+        if let Some(claim) = label(&pod, labels::CLAIM_UID).and_then(|uid| ctx.claims.by_uid(uid)) {
             ctx.wake.claim(&namespace, &claim.name_any());
         }
     }
