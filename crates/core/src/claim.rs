@@ -35,7 +35,7 @@
 //! | 14c | holds one pod, which its status does not record, while it records another (not its migration source); cache | `ConfirmRecord`: the cache may lag the claim's own writes |
 //! | 14 | holds one pod, whose UID and name its status does not record, or `spec.podName` is empty | `Record` |
 //! | 15 | holds its recorded pod, which is deleting, failed, or whose store has been missing longer than the bound; cache | `ConfirmLost(reason)` |
-//! | 16 | the same, read live | `MarkLost(reason)`, releasing that pod (retiring it if failed) |
+//! | 16 | the same, read live | `MarkLost(reason)`, releasing that pod (retiring it if failed or its store is missing) |
 //! | 17 | holds its recorded pod, which is not phase Bound or whose binding annotation or additional labels differ from the spec | `RewriteBinding` |
 //! | 18 | holds its recorded pod; its store is not observed Working with exactly the claim's CN labels (missing within the bound, or HAKeeper not asked) | `WaitForStore` |
 //! | 19 | holds its recorded pod, whose store serves; phase not Bound/Outdated | `MarkBound` |
@@ -492,7 +492,14 @@ fn sync<'a>(input: &ClaimInput<'a>, pod: &'a PodView) -> ClaimStep<'a> {
         return ClaimStep::Record(pod);
     }
     if let Some(reason) = trouble(input, pod) {
-        return lose(input, reason, vec![Release::of(pod)]);
+        // A pod whose store stayed missing that long has failed as a CN: a
+        // drain has nothing to wait for, and retiring it frees the capacity
+        // the pool needs to replace it (an Idle pod is judged the same way).
+        let release = match reason {
+            LossReason::StoreMissing => Release { pod, then: AfterRelease::Retire },
+            _ => Release::of(pod),
+        };
+        return lose(input, reason, vec![release]);
     }
     if !binding_agrees(claim, pod) {
         return ClaimStep::RewriteBinding(pod);
