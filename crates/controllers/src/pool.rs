@@ -80,9 +80,10 @@ pub fn service_name(pool: &str) -> String {
 }
 
 /// Reads a pool pod. A pod on a cordoned node counts as cordoned. A pod
-/// whose containers terminated counts as failed, and so does an Idle pod
-/// whose store HAKeeper has not held for longer than the store-missing
-/// bound: it cannot serve a tenant, so no claim is offered it (a claim
+/// whose containers terminated counts as failed, and so does an unowned pod
+/// whose CN runs but whose store HAKeeper has not held for longer than the
+/// store-missing bound (an Idle pod, or one still Unknown since its CN
+/// started): it cannot serve a tenant, so no claim is offered it (a claim
 /// taking it would wait that bound again and be Lost) and its pool
 /// replaces it.
 pub(crate) fn read_pod<R>(ctx: &Context<R>, pod: &Pod) -> Result<PodView, Error> {
@@ -92,7 +93,7 @@ pub(crate) fn read_pod<R>(ctx: &Context<R>, pod: &Pod) -> Result<PodView, Error>
         pod.status.as_ref().and_then(|status| status.container_statuses.as_ref()).is_some_and(|containers| {
             containers.iter().any(|container| container.state.as_ref().is_some_and(|state| state.terminated.is_some()))
         });
-    let store_gone = idle_store_missing_since(ctx, pod, &view).is_some_and(|since| {
+    let store_gone = unowned_store_missing_since(ctx, pod, &view).is_some_and(|since| {
         SignedDuration::try_from(ctx.config.store_missing_bound)
             .is_ok_and(|bound| ctx.now().duration_since(since) >= bound)
     });
@@ -100,12 +101,24 @@ pub(crate) fn read_pod<R>(ctx: &Context<R>, pod: &Pod) -> Result<PodView, Error>
     Ok(view)
 }
 
-/// Since when HAKeeper has lacked the store of `view`, if it is an Idle pod.
-fn idle_store_missing_since<R>(ctx: &Context<R>, pod: &Pod, view: &PodView) -> Option<jiff::Timestamp> {
-    if view.phase != Some(PodPhase::Idle) {
-        return None;
-    }
-    ctx.store_missing_since(view.store_uuid.as_deref()?, crate::store::store_missing_noted(pod))
+/// Since when HAKeeper has lacked the store of `view`, if it is an Idle pod
+/// or an Unknown one whose CN has started. A CN whose store vanished before
+/// it registered never leaves Unknown; one still starting is not missing
+/// anything yet, so for it the time counts from its container's start.
+fn unowned_store_missing_since<R>(ctx: &Context<R>, pod: &Pod, view: &PodView) -> Option<jiff::Timestamp> {
+    let started = match view.phase {
+        Some(PodPhase::Idle) => None,
+        Some(PodPhase::Unknown) => Some(cn_started_at(pod)?),
+        _ => return None,
+    };
+    let since = ctx.store_missing_since(view.store_uuid.as_deref()?, crate::store::store_missing_noted(pod))?;
+    Some(started.map_or(since, |started| since.max(started)))
+}
+
+/// When the pod's first running container started.
+fn cn_started_at(pod: &Pod) -> Option<jiff::Timestamp> {
+    let containers = pod.status.as_ref()?.container_statuses.as_ref()?;
+    containers.iter().find_map(|container| Some(container.state.as_ref()?.running.as_ref()?.started_at.as_ref()?.0))
 }
 
 /// Whether `claim` waits for a pod of `pool`.
@@ -204,12 +217,12 @@ pub async fn reconcile<R: StoreRegistry + 'static>(pool: Arc<CNPool>, ctx: Arc<C
         return Ok(Action::requeue(ctx.config.requeue_max));
     }
     ctx.settled(Kind::Pool, &key);
-    // An Idle pod whose store is missing is retired once that has lasted
+    // An unowned pod whose store is missing is retired once that has lasted
     // the store-missing bound; nothing else would wake the pool then.
     let store_missing = raw_pods
         .iter()
         .zip(&pods)
-        .any(|(raw, view)| !view.failed && idle_store_missing_since(&ctx, raw, view).is_some());
+        .any(|(raw, view)| !view.failed && unowned_store_missing_since(&ctx, raw, view).is_some());
     Ok(Action::requeue(if store_missing { ctx.config.store_missing_bound } else { ctx.config.resync }))
 }
 

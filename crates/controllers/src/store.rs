@@ -22,7 +22,7 @@ use cnpool_api::{CNClaim, PodPhase, labels};
 use cnpool_core::claim::AfterRelease;
 use cnpool_core::model::{PodView, PoolView, StoreView};
 use cnpool_core::store::{PodTransition, StoreWrite, drain_recheck, plan_store};
-use cnpool_registry::{CnStore, StoreLabels, StoreRegistry, Workload};
+use cnpool_registry::{CnStore, RegistryError, StoreLabels, StoreRegistry, Workload};
 use futures::future::{BoxFuture, Shared};
 use k8s_openapi::api::core::v1::{Pod, PodCondition};
 use kube::api::{Api, ListParams, Patch, PatchParams};
@@ -89,7 +89,15 @@ pub async fn reconcile<R: StoreRegistry + 'static>(pod: Arc<Pod>, ctx: Arc<Conte
     #[cfg(feature = "sabotage")]
     let plan = crate::sabotage::store_from_claim(&ctx, &key.0, &view, store_view.as_ref(), plan);
     if let Some(store) = store.as_ref() {
-        write_store(&ctx, &view, store, &plan.writes).await?;
+        match write_store(&ctx, &view, store, &plan.writes).await {
+            // The listing predates the store's removal; plan again without it.
+            Err(Error::Registry(RegistryError::StoreNotFound { .. })) => {
+                tracing::debug!(pod = %view.name, store = %uuid, "store left HAKeeper since it was listed");
+                ctx.forget_store(&uuid);
+                return Ok(Action::requeue(ctx.config.requeue_min));
+            }
+            written => written?,
+        }
     }
     set_store_condition(&ctx, &pod, store.is_some()).await?;
     if let Some(workload) = workload {
@@ -113,7 +121,6 @@ pub async fn reconcile<R: StoreRegistry + 'static>(pod: Arc<Pod>, ctx: Arc<Conte
         Some(PodPhase::Draining) => {
             drain_recheck(&view, ctx.now(), &pool, ctx.config.drain_poll, ctx.config.drain_poll_max)
         }
-        Some(PodPhase::Unknown) => ctx.config.registry_poll,
         Some(PodPhase::Bound) => ctx.config.stats_interval,
         _ => ctx.config.resync,
     }))
