@@ -196,6 +196,16 @@ impl Episodes {
         let detail = format!("{detail} for {}s (bound {}s)", (now - *since).as_secs(), bound.as_secs());
         Some(Violation { invariant, at_seconds: now.as_secs_f64(), detail })
     }
+
+    /// Ends the episodes of an object that is gone: one created later under
+    /// its name starts its own.
+    fn forget(&mut self, subjects: &[Subject], name: &str) {
+        for ((_, subject), held) in &mut self.0 {
+            if subjects.contains(subject) {
+                held.remove(name);
+            }
+        }
+    }
 }
 
 fn str_at<'a>(object: &'a Value, pointer: &str) -> Option<&'a str> {
@@ -287,6 +297,7 @@ impl Checker {
         let key = key_of(&event.object);
         match event.storage.plural.as_str() {
             "pods" if event.event_type == EventType::Deleted => {
+                self.episodes.forget(&[Subject::Pod, Subject::PodStore], &key.1);
                 if let Some(pod) = self.pods.remove(&key)
                     && let Some(uuid) = pod.store_uuid
                 {
@@ -304,6 +315,7 @@ impl Checker {
                 }
             }
             "cnclaims" if event.event_type == EventType::Deleted => {
+                self.episodes.forget(&[Subject::Claim, Subject::ClaimStore], &key.1);
                 self.claims.remove(&key);
             }
             "cnclaims" => {
@@ -492,5 +504,63 @@ impl Checker {
             let detail = format!("{idle} idle pods after settling, expected {expected} ({in_use} in use)");
             self.violate(Invariant::I6, now, detail);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use cnpool_apiserver::StorageKey;
+    use serde_json::json;
+
+    use super::*;
+
+    fn claim_event(event_type: EventType, uid: &str) -> Event {
+        Event {
+            resource_version: 1,
+            storage: StorageKey { group: "core.matrixorigin.io".into(), plural: "cnclaims".into() },
+            event_type,
+            old: None,
+            object: json!({"metadata": {"namespace": "default", "name": "tenant", "uid": uid}, "status": {"phase": "Pending"}}),
+        }
+    }
+
+    fn checker() -> Checker {
+        let bounds = Bounds {
+            max_pods: 4,
+            max_idle: 1,
+            start_delay: Duration::ZERO,
+            store_missing_bound: Duration::from_secs(30),
+            owner_label: OwnerLabel::ClaimUid,
+        };
+        Checker::new(bounds)
+    }
+
+    fn i4(checker: &Checker) -> usize {
+        checker.violations.iter().filter(|violation| violation.invariant == Invariant::I4).count()
+    }
+
+    #[test]
+    fn a_claim_waiting_past_the_bound_breaks_liveness() {
+        let registry = MemoryRegistry::new();
+        let mut checker = checker();
+        checker.commit(&claim_event(EventType::Added, "a"), Duration::ZERO);
+        for second in 0..=31 {
+            checker.tick(Duration::from_secs(second), &registry);
+        }
+        assert_eq!(i4(&checker), 1);
+    }
+
+    #[test]
+    fn a_claim_created_under_the_name_of_a_deleted_one_waits_from_its_own_creation() {
+        let registry = MemoryRegistry::new();
+        let mut checker = checker();
+        checker.commit(&claim_event(EventType::Added, "old"), Duration::ZERO);
+        checker.tick(Duration::from_secs(20), &registry);
+        checker.commit(&claim_event(EventType::Deleted, "old"), Duration::from_secs(21));
+        checker.commit(&claim_event(EventType::Added, "new"), Duration::from_secs(100));
+        for second in 100..=120 {
+            checker.tick(Duration::from_secs(second), &registry);
+        }
+        assert_eq!(i4(&checker), 0, "{:?}", checker.violations);
     }
 }
