@@ -291,11 +291,14 @@ async fn step<R: StoreRegistry>(ctx: &Context<R>, snap: &mut Snapshot, key: &Key
         [pod, rest @ ..] if rest.iter().all(|other| other.uid == pod.uid) => Some(*pod),
         _ => None,
     };
-    let store_uuid = held_pod.and_then(|pod| pod.store_uuid.clone());
+    // A migrating claim that holds no target yet serves from its source.
+    let serving_pod = if held.is_empty() { source.as_ref().filter(|pod| pod.is_owned_by(&view.uid)) } else { held_pod };
+    let store_uuid = serving_pod.and_then(|pod| pod.store_uuid.clone());
     let store_view = ctx.observe_store(store_uuid.as_deref());
-    let store_noted = held_pod
-        .and_then(|held| {
-            snap.owned.iter().chain(snap.pointed.as_ref()).find(|pod| pod.uid().as_deref() == Some(&held.uid))
+    let store_noted = serving_pod
+        .and_then(|serving| {
+            let read = snap.owned.iter().chain(snap.pointed.as_ref()).chain(snap.source.as_ref());
+            read.into_iter().find(|pod| pod.uid().as_deref() == Some(&serving.uid))
         })
         .and_then(|pod| store_missing_noted(pod));
     let serving_since = match &view.source_pod {

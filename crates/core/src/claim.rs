@@ -32,7 +32,7 @@
 //! | 11 | holds none; `spec.podName` names an eligible pod | `AcquirePreBound` |
 //! | 12 | holds none; `spec.podName` names a pod that is missing or not eligible | `ReportUnavailable` (not a loss) |
 //! | 13 | holds none; `spec.podName` empty | `Acquire`: eligible pods, best first |
-//! | 14c | holds one pod, which its status does not record, while it records another (not its migration source); cache | `ConfirmRecord`: the cache may lag the claim's own writes |
+//! | 14c | holds one pod, which its status does not record, while it records another (not its migration source), or which is deleting or failed; cache | `ConfirmRecord`: the cache may lag the claim's own writes |
 //! | 14 | holds one pod, whose UID and name its status does not record, or `spec.podName` is empty | `Record` |
 //! | 15 | holds its recorded pod, which is deleting, failed, or whose store has been missing longer than the bound; cache | `ConfirmLost(reason)` |
 //! | 16 | the same, read live | `MarkLost(reason)`, releasing that pod (retiring it if failed or its store is missing) |
@@ -48,10 +48,12 @@
 //! A claim with `spec.sourcePod` set migrates (DESIGN §2, "Migrate"): it
 //! keeps its source while it takes a target, named in `spec.podName` or, when
 //! that is empty, chosen from the pool (row 13; the source is never a
-//! candidate). These rows replace rows 12 and 20 for it:
+//! candidate). These rows replace rows 12 and 20 for it, and row 8s comes
+//! before row 9:
 //!
 //! | # | the migrating claim … | step |
 //! |---|---|---|
+//! | 8s | holds no target; not Lost; its source is gone or another's, or ours but deleting, failed or with its store missing longer than the bound | `ConfirmLost(reason)`; read live, `MarkLost(reason)`, releasing the source if still ours (retiring it if failed or its store is missing) |
 //! | 12m | holds none; `spec.podName` names a pod that is missing or not eligible (the source itself included); cache | `ConfirmRefusal` |
 //! | 12m′ | the same, read live | `RefuseMigration`: `spec.podName` back to the source, `sourcePod` cleared, condition MigrationRefused |
 //! | 20m | holds its recorded target, whose store serves, not yet noted as serving | `NoteTargetServing` (no write) |
@@ -64,6 +66,9 @@
 //! A target lost before the source is released makes the claim Lost (rows
 //! 15/16) with the source still recorded in `sourcePod`; the claim then
 //! takes a new target like any Lost claim (row 10 clears `spec.podName`).
+//! So does a source lost while no target is held yet (row 8s): otherwise a
+//! migration waiting for room in its pool would leave its tenant on a dead
+//! pod, shown Bound.
 //!
 //! Rows 7/8 say why the recorded pod is lost by looking it up by name: none
 //! → [`LossReason::PodDeleted`]; another UID → `PodReplaced`; for a claim the
@@ -99,7 +104,8 @@ pub struct ClaimInput<'a> {
     pub pointed: Option<&'a PodView>,
     /// Where `claim`, `owned` and `pointed` were read.
     pub read: Read,
-    /// The CN store of the pod the claim holds.
+    /// The CN store of the pod the claim holds or, while a migrating claim
+    /// holds no target yet, of its source (where its tenant still runs).
     pub store: ObservedStore<'a>,
     /// Pool pods the claim might acquire (those it is not eligible for are
     /// skipped).
@@ -407,6 +413,9 @@ fn bind<'a>(input: &ClaimInput<'a>) -> ClaimStep<'a> {
     if let Some(reason) = why_recorded_pod_is_gone(input) {
         return lose(input, reason, Vec::new());
     }
+    if let Some((reason, release)) = why_source_is_lost(input) {
+        return lose(input, reason, release);
+    }
     if claim.phase == Some(ClaimPhase::Lost) {
         if claim.claim_set.is_some() {
             return ClaimStep::InSync;
@@ -468,6 +477,28 @@ fn why_recorded_pod_is_gone(input: &ClaimInput<'_>) -> Option<LossReason> {
     })
 }
 
+/// Row 8s: a migrating claim that holds no target yet still serves its
+/// tenant from the source. When that pod is gone, another's, or in trouble
+/// (rows 15/16), the claim has lost it like any held pod; it then takes a
+/// target as a Lost claim does. `None` while the source serves, or once the
+/// claim is Lost.
+fn why_source_is_lost<'a>(input: &ClaimInput<'a>) -> Option<(LossReason, Vec<Release<'a>>)> {
+    let claim = input.claim;
+    let name = claim.source_pod.as_deref()?;
+    if claim.phase == Some(ClaimPhase::Lost) {
+        return None;
+    }
+    let Some(source) = input.source.filter(|pod| pod.name == name) else {
+        return Some((LossReason::PodDeleted, Vec::new()));
+    };
+    if !source.is_owned_by(&claim.uid) {
+        let reason = if source.claim_uid.is_some() { LossReason::OwnedByOther } else { LossReason::PodReleased };
+        return Some((reason, Vec::new()));
+    }
+    let reason = trouble(input, source)?;
+    Some((reason, vec![release_lost(source, reason)]))
+}
+
 fn acquire_pre_bound<'a>(input: &ClaimInput<'a>, requested: &str) -> ClaimStep<'a> {
     let Some(pod) = input.pointed.filter(|pod| pod.name == requested) else {
         return ClaimStep::ReportUnavailable(Unavailable::NotFound);
@@ -483,23 +514,18 @@ fn sync<'a>(input: &ClaimInput<'a>, pod: &'a PodView) -> ClaimStep<'a> {
     let claim = input.claim;
     if !is_recorded(claim, pod) {
         // A pod cache that lags the claim's own writes still shows a pod the
-        // claim released before it took the one it records.
+        // claim released before it took the one it records, or, after a
+        // loss, the lost pod it released: recording that one would point
+        // the claim back at it, and the next live read would clear it again.
         let records_another = claim.recorded_pod_uid.as_deref().is_some_and(|uid| uid != pod.uid)
             && !claim.recorded_pod_name.as_deref().is_some_and(|name| claim.is_source(name));
-        if records_another && input.read == Read::Cached {
+        if (records_another || pod.deleting || pod.failed) && input.read == Read::Cached {
             return ClaimStep::ConfirmRecord;
         }
         return ClaimStep::Record(pod);
     }
     if let Some(reason) = trouble(input, pod) {
-        // A pod whose store stayed missing that long has failed as a CN: a
-        // drain has nothing to wait for, and retiring it frees the capacity
-        // the pool needs to replace it (an Idle pod is judged the same way).
-        let release = match reason {
-            LossReason::StoreMissing => Release { pod, then: AfterRelease::Retire },
-            _ => Release::of(pod),
-        };
-        return lose(input, reason, vec![release]);
+        return lose(input, reason, vec![release_lost(pod, reason)]);
     }
     if !binding_agrees(claim, pod) {
         return ClaimStep::RewriteBinding(pod);
@@ -597,6 +623,17 @@ fn trouble(input: &ClaimInput<'_>, pod: &PodView) -> Option<LossReason> {
             Some(LossReason::StoreMissing)
         }
         _ => None,
+    }
+}
+
+/// How a pod lost for `reason` is released. One whose store stayed missing
+/// that long has failed as a CN: a drain has nothing to wait for, and
+/// retiring it frees the room its pool needs to replace it (an Idle pod is
+/// judged the same way).
+fn release_lost(pod: &PodView, reason: LossReason) -> Release<'_> {
+    match reason {
+        LossReason::StoreMissing => Release { pod, then: AfterRelease::Retire },
+        _ => Release::of(pod),
     }
 }
 

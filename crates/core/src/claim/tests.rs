@@ -376,6 +376,46 @@ fn an_unnamed_target_is_chosen_from_the_pool_but_never_the_source() {
     assert_eq!(world.step(), ClaimStep::Acquire { candidates: vec![world.pod("spare")] });
 }
 
+/// A claim migrating away from `source`, which it holds, to a pod cnpool
+/// chooses; no target taken yet (the pool has no room).
+fn waiting_for_a_target() -> World {
+    let source = bound_to(&claim(), idle_pod("source", 1));
+    let migrating = ClaimView {
+        pod_name: None,
+        source_pod: Some("source".into()),
+        ..recording(claim(), &source, ClaimPhase::Bound)
+    };
+    World::new(migrating).holding(source)
+}
+
+// Row 8s.
+#[test]
+fn a_migration_waiting_for_a_target_loses_a_source_whose_store_vanished_and_retires_it() {
+    let world = waiting_for_a_target().store(Seen::Missing(at(NOW - 60)));
+    assert_eq!(world.step(), ClaimStep::ConfirmLost(LossReason::StoreMissing));
+    let world = world.live();
+    let retire = Release { pod: world.pod("source"), then: AfterRelease::Retire };
+    assert_eq!(world.step(), ClaimStep::MarkLost { reason: LossReason::StoreMissing, release: vec![retire] });
+    // Within the bound it keeps waiting for a target.
+    let world = waiting_for_a_target().store(Seen::Missing(at(NOW - 59)));
+    assert_eq!(world.step(), ClaimStep::Acquire { candidates: vec![] });
+}
+
+#[test]
+fn a_migration_waiting_for_a_target_loses_a_deleted_source() {
+    let world = World { owned: vec![], pods: vec![], ..waiting_for_a_target() };
+    assert_eq!(world.step(), ClaimStep::ConfirmLost(LossReason::PodDeleted));
+    assert_eq!(world.live().step(), ClaimStep::MarkLost { reason: LossReason::PodDeleted, release: vec![] });
+}
+
+#[test]
+fn a_migration_that_lost_its_source_takes_a_target_as_a_lost_claim() {
+    let world = waiting_for_a_target();
+    let lost = ClaimView { phase: Some(ClaimPhase::Lost), ..world.claim.clone() };
+    let world = World { claim: lost, owned: vec![], pods: vec![], ..world }.with_pod(idle_pod("spare", 3));
+    assert_eq!(world.step(), ClaimStep::Acquire { candidates: vec![world.pod("spare")] });
+}
+
 #[test]
 fn the_source_is_kept_until_the_target_has_served_for_the_propagation_delay() {
     let world = migrated_to_target();
@@ -504,6 +544,16 @@ fn a_claim_seen_holding_another_pod_than_it_records_reads_live_before_repointing
     assert_eq!(world.step(), ClaimStep::ConfirmRecord);
     let world = world.live();
     assert_eq!(world.step(), ClaimStep::Record(world.pod("other")));
+}
+
+#[test]
+fn a_lost_claim_seen_holding_its_deleting_pod_reads_live_instead_of_recording_it_again() {
+    // Lost, `spec.podName` cleared to bind again, while the pod cache still
+    // shows the released pod with the claim's UID.
+    let lost = PodView { deleting: true, ..bound_to(&claim(), idle_pod("lost", 1)) };
+    let recorded = recording(claim(), &lost, ClaimPhase::Lost);
+    let world = World::new(ClaimView { pod_name: None, ..recorded }).holding(lost);
+    assert_eq!(world.step(), ClaimStep::ConfirmRecord);
 }
 
 #[test]
