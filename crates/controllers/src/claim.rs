@@ -426,18 +426,13 @@ async fn step<R: StoreRegistry>(ctx: &Context<R>, snap: &mut Snapshot, key: &Key
         ClaimStep::ReportUnavailable(why) => {
             let message = format!("requested pod {}: {}", view.pod_name.as_deref().unwrap_or_default(), why.message());
             write_condition(ctx, snap, BOUND_CONDITION, "False", why.as_str(), &message).await?;
-            Ok(Next::Done(Action::requeue(ctx.backoff(Kind::Claim, key))))
+            Ok(Next::Done(Action::requeue(ctx.wait(Kind::Claim, key))))
         }
         ClaimStep::Acquire { candidates } => {
             // The claim took a pod moments ago that its caches do not show
             // yet: wait for them rather than take a second pod.
             if ctx.claim_acquired_lately(&view.uid) {
                 return Ok(changed_since_read(ctx, &snap.claim));
-            }
-            if !candidates.is_empty() {
-                // The wait for capacity is over: a failure from here starts
-                // its own series instead of inheriting that wait's delay.
-                ctx.settled(Kind::Claim, key);
             }
             let unreserved = candidates
                 .iter()
@@ -468,7 +463,7 @@ async fn step<R: StoreRegistry>(ctx: &Context<R>, snap: &mut Snapshot, key: &Key
             // A pod held back as acquired lately comes back when that note
             // expires, with no event if its acquire was refused without a
             // change: the wait for capacity must not outgrow the note.
-            let delay = ctx.backoff(Kind::Claim, key);
+            let delay = if candidates.is_empty() { ctx.wait(Kind::Claim, key) } else { ctx.backoff(Kind::Claim, key) };
             Ok(Next::Done(Action::requeue(if held_back { delay.min(ACQUIRED_LATELY) } else { delay })))
         }
         ClaimStep::Record(pod) => record(ctx, snap, &view, pod, store_view.as_ref()).await,
@@ -517,15 +512,11 @@ async fn step<R: StoreRegistry>(ctx: &Context<R>, snap: &mut Snapshot, key: &Key
             })
         }
         ClaimStep::WaitForStore(lost_in) => Ok(Next::Done(Action::requeue(match lost_in {
-            // A missing store is looked at again when its bound runs out; the
-            // wait is no failure, so it leaves the backoff as it is.
+            // A missing store is looked at again when its bound runs out.
             Some(left) => left + ctx.config.requeue_min,
-            None => ctx.backoff(Kind::Claim, key),
+            None => ctx.wait(Kind::Claim, key),
         }))),
         ClaimStep::MarkBound => {
-            // The wait for the store is over: a refused write from here
-            // starts its own series instead of inheriting that wait's delay.
-            ctx.settled(Kind::Claim, key);
             if !mark_bound(ctx, snap, &view, store_view.as_ref()).await? {
                 // The claim changed since it was read: its watch wakes it.
                 return Ok(changed_since_read(ctx, &snap.claim));
@@ -597,9 +588,9 @@ async fn step<R: StoreRegistry>(ctx: &Context<R>, snap: &mut Snapshot, key: &Key
                 tracing::debug!(claim = %view.name, ?workload, "migration source drains");
                 snap.claim = written;
             }
-            Ok(Next::Done(Action::requeue(ctx.backoff(Kind::Claim, key))))
+            Ok(Next::Done(Action::requeue(ctx.wait(Kind::Claim, key))))
         }
-        ClaimStep::WaitForDrain => Ok(Next::Done(Action::requeue(ctx.backoff(Kind::Claim, key)))),
+        ClaimStep::WaitForDrain => Ok(Next::Done(Action::requeue(ctx.wait(Kind::Claim, key)))),
         ClaimStep::CompleteMigration => complete_migration(ctx, snap, &view).await,
         ClaimStep::InSync => {
             ctx.settled(Kind::Claim, key);

@@ -118,6 +118,15 @@ pub enum Kind {
     Pod,
 }
 
+/// Which delay series a requeue draws from. They grow apart: a write
+/// refused right after a long wait retries at the shortest delay, and the
+/// refusals of a busy moment do not stretch a later wait.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Series {
+    Failure,
+    Wait,
+}
+
 pub struct Context<R> {
     pub client: kube::Client,
     pub registry: R,
@@ -136,7 +145,9 @@ pub struct Context<R> {
     pub wake: Wakers,
     pub metrics: Arc<crate::Metrics>,
     stores: Mutex<StoreSnapshot>,
-    backoff: Mutex<BTreeMap<(Kind, Key), u32>>,
+    /// Growing delays per object, one series for failures and one for
+    /// waits (see [`Series`]).
+    backoff: Mutex<BTreeMap<(Kind, Key, Series), u32>>,
     /// Pods this process acquired lately: other claims skip them while the
     /// cache still shows them Idle.
     recently_acquired: Mutex<BTreeMap<String, Instant>>,
@@ -288,20 +299,39 @@ impl<R> Context<R> {
         }
     }
 
-    /// The next delay for `key` in a growing series; [`Self::settled`]
-    /// resets it. Doubling from `requeue_min` up to `requeue_max`, without
-    /// jitter.
+    /// The next delay after a failure of `key` (an error, a refused write);
+    /// [`Self::settled`] resets it.
     pub fn backoff(&self, kind: Kind, key: &Key) -> Duration {
+        self.next_delay(kind, key, Series::Failure)
+    }
+
+    /// The next delay while `key` waits for something its watches wake it
+    /// for (capacity, a store, a drain); [`Self::settled`] resets it.
+    pub fn wait(&self, kind: Kind, key: &Key) -> Duration {
+        self.next_delay(kind, key, Series::Wait)
+    }
+
+    /// Doubling up to `requeue_max`, without jitter: failures from
+    /// `requeue_min`, waits from `registry_poll` (what they wait for wakes
+    /// the object when it comes, and HAKeeper shows it no sooner).
+    fn next_delay(&self, kind: Kind, key: &Key, series: Series) -> Duration {
+        let first = match series {
+            Series::Failure => self.config.requeue_min,
+            Series::Wait => self.config.registry_poll,
+        };
         let mut counters = lock(&self.backoff);
-        let attempts = counters.entry((kind, key.clone())).or_insert(0);
-        let delay = self.config.requeue_min.saturating_mul(1 << (*attempts).min(16));
+        let attempts = counters.entry((kind, key.clone(), series)).or_insert(0);
+        let delay = first.saturating_mul(1 << (*attempts).min(16));
         *attempts += 1;
         delay.min(self.config.requeue_max)
     }
 
-    /// Forgets `key`'s backoff: it made progress.
+    /// Forgets `key`'s delays: it made progress.
     pub fn settled(&self, kind: Kind, key: &Key) {
-        lock(&self.backoff).remove(&(kind, key.clone()));
+        let mut counters = lock(&self.backoff);
+        for series in [Series::Failure, Series::Wait] {
+            counters.remove(&(kind, key.clone(), series));
+        }
     }
 
     pub fn note_acquired(&self, pod_uid: &str) {
