@@ -23,7 +23,8 @@
 //! | 2 | is deleting; input read from the cache | `ConfirmFinalize`: list its pods live, call again |
 //! | 3 | is deleting; input read live | `Finalize`: release every pod that is ours (the source too), then drop the finalizer |
 //! | 4 | has no finalizer | `AddFinalizer` (so before its first acquire) |
-//! | 5 | holds two pods or more | `Adopt`: keep the one `spec.podName` names, else the lowest name; release the rest |
+//! | 5c | holds two pods or more; cache | `ConfirmRecord` |
+//! | 5 | the same, read live | `Adopt`: keep the one `spec.podName` names, else the lowest name; release the rest |
 //! | 6 | holds none; the pod `spec.podName` names is Bound, `claimed-by` this claim, without `claim-uid`, and not of another UID than recorded | `AdoptLegacy` |
 //! | 7 | holds none; has a record (not the source); is not Lost; cache | `ConfirmLost(reason)` |
 //! | 8 | the same, read live | `MarkLost(reason)`, nothing to release |
@@ -200,8 +201,8 @@ pub enum ClaimStep<'a> {
     /// claim and the target live and call again.
     ConfirmRefusal,
     /// The cache shows the claim holding a pod other than the one its status
-    /// records: read the claim and its pods live and call again before
-    /// pointing it elsewhere.
+    /// records, or several pods: read the claim and its pods live and call
+    /// again before pointing it elsewhere or releasing any.
     ConfirmRecord,
     /// Start a migration away from the held pod to a pod cnpool chooses
     /// (`sourcePod` = it, `spec.podName` removed), for the reason given.
@@ -369,6 +370,9 @@ pub fn next_claim_step<'a>(input: &ClaimInput<'a>) -> ClaimStep<'a> {
     match held.as_slice() {
         [] => bind(input),
         [pod] => sync(input, pod),
+        // Which pod to keep follows `spec.podName`: a replica whose claim
+        // cache lags another's record would release the pod that one keeps.
+        _ if input.read == Read::Cached => ClaimStep::ConfirmRecord,
         _ => adopt(claim, &held),
     }
 }
