@@ -311,9 +311,12 @@ async fn finalize<R: StoreRegistry>(ctx: &Context<R>, pod: &Pod, uuid: &str) -> 
     }
     ctx.forget_store(uuid);
     let kept: Vec<String> = pod.finalizers().iter().filter(|f| *f != labels::CN_DRAINING_FINALIZER).cloned().collect();
-    if patch_finalizers(ctx, pod, kept).await? {
-        tracing::info!(pod = %pod.name_any(), store = uuid, removed = removed.is_ok(), "store removed; pod released to deletion");
+    if !patch_finalizers(ctx, pod, kept).await? {
+        // Refused as stale: a change is coming, or the refusal was the
+        // server's alone. Either way the pod must not wait on a watch event.
+        return Ok(Action::requeue(ctx.backoff(Kind::Pod, &key_of(pod))));
     }
+    tracing::info!(pod = %pod.name_any(), store = uuid, removed = removed.is_ok(), "store removed; pod released to deletion");
     Ok(Action::await_change())
 }
 
