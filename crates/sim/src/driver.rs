@@ -141,7 +141,13 @@ where
             let object_ref = ObjectRef::<K>::new(&name).within(&namespace);
             // Gone between its wake and its reconcile.
             let Some(object) = self.store.get(&object_ref) else { continue };
-            ledger.reconciled(&self.replica, self.kind, &namespace, &name);
+            ledger.reconciled(
+                &self.replica,
+                self.kind,
+                &namespace,
+                &name,
+                object.meta().uid.as_deref().unwrap_or_default(),
+            );
             // A crash stops a reconcile wherever it is.
             let result = tokio::select! {
                 biased;

@@ -128,8 +128,9 @@ struct State {
     /// When each operator write (Events excluded) happened.
     write_times: Vec<Duration>,
     reconciles: u64,
-    /// Reconcile times by object and replica.
-    reconciles_by_object: BTreeMap<String, Vec<Duration>>,
+    /// Reconcile times by object ("kind namespace/name by replica") and
+    /// UID: a pod replaced under its name is another object.
+    reconciles_by_object: BTreeMap<(String, String), Vec<Duration>>,
     /// When each operator and world log line at INFO or above was written.
     log_times: Vec<Duration>,
     /// The times of those that name a claim (their `claim` field), by claim.
@@ -234,12 +235,12 @@ impl Ledger {
     /// `replica` reconciled one object. Reconciles are counted per replica:
     /// I5's "no object reconciled more than 30 times in a minute" is a bound
     /// on one operator; two replicas of a split brain each do their own.
-    pub fn reconciled(&self, replica: &str, kind: &str, namespace: &str, name: &str) {
+    pub fn reconciled(&self, replica: &str, kind: &str, namespace: &str, name: &str, uid: &str) {
         let elapsed = self.elapsed();
         let mut state = self.state();
         state.reconciles += 1;
         let object = format!("{kind} {namespace}/{name} by {replica}");
-        state.reconciles_by_object.entry(object).or_default().push(elapsed);
+        state.reconciles_by_object.entry((object, uid.to_owned())).or_default().push(elapsed);
     }
 
     pub fn digest(&self) -> u64 {
@@ -285,7 +286,7 @@ impl Ledger {
     /// (by any replica, zero included), by "kind namespace/name".
     pub fn reconciles_within(&self, window: std::ops::Range<Duration>) -> BTreeMap<String, usize> {
         let mut counts: BTreeMap<String, usize> = BTreeMap::new();
-        for (key, times) in &self.state().reconciles_by_object {
+        for ((key, _), times) in &self.state().reconciles_by_object {
             let object = key.split(" by ").next().unwrap_or(key).to_owned();
             *counts.entry(object).or_default() += times.iter().filter(|at| window.contains(at)).count();
         }
@@ -315,7 +316,7 @@ impl Ledger {
         let state = self.state();
         let minute = Duration::from_secs(60);
         let mut busiest: Option<(String, usize, Duration)> = None;
-        for (object, times) in &state.reconciles_by_object {
+        for ((object, _), times) in &state.reconciles_by_object {
             let mut first = 0;
             for (last, at) in times.iter().enumerate() {
                 while *at - times[first] >= minute {
