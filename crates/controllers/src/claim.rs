@@ -280,7 +280,10 @@ async fn step<R: StoreRegistry>(ctx: &Context<R>, snap: &mut Snapshot, key: &Key
         !view.deleting && view.has_finalizer && (view.pod_name.is_none() || view.phase == Some(ClaimPhase::Lost));
     let (candidate_raw, held_back) =
         if may_pick { candidate_pods(ctx, &view, &namespace) } else { (Vec::new(), false) };
-    let candidates: Vec<PodView> = candidate_raw.iter().map(|pod| read_pod(ctx, pod)).collect::<Result<_, _>>()?;
+    let mut candidates: Vec<PodView> = candidate_raw.iter().map(|pod| read_pod(ctx, pod)).collect::<Result<_, _>>()?;
+    // An Idle pod whose store HAKeeper does not list now cannot serve: a
+    // claim taking it would only wait for the store, and maybe be Lost.
+    candidates.retain(|pod| !pod.store_uuid.as_deref().is_some_and(|uuid| ctx.lacks_store(uuid)));
     let held: Vec<&PodView> = owned
         .iter()
         .chain(pointed.as_ref())

@@ -372,6 +372,12 @@ impl<R> Context<R> {
     }
 
     /// What is known of the store `uuid`, for a claim decision.
+    /// Whether HAKeeper's latest listing lacks the store `uuid`.
+    pub fn lacks_store(&self, uuid: &str) -> bool {
+        let snapshot = lock(&self.stores);
+        snapshot.listed && !snapshot.stores.contains_key(uuid)
+    }
+
     pub fn observe_store(&self, uuid: Option<&str>) -> Option<StoreView> {
         let snapshot = lock(&self.stores);
         uuid.and_then(|uuid| snapshot.stores.get(uuid)).map(StoreView::from)

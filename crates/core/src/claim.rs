@@ -35,7 +35,7 @@
 //! | 13 | holds none; `spec.podName` empty | `Acquire`: eligible pods, best first |
 //! | 14c | holds one pod, which its status does not record, while it records another (not its migration source), or which is deleting or failed; cache | `ConfirmRecord`: the cache may lag the claim's own writes |
 //! | 14 | holds one pod, whose UID and name its status does not record, or `spec.podName` is empty | `Record` |
-//! | 15 | holds its recorded pod, which is deleting, failed, or whose store has been missing longer than the bound; cache | `ConfirmLost(reason)` |
+//! | 15 | holds its recorded pod, which is deleting, failed, or whose store has been missing longer than the bound (no bound before the claim is first shown Bound or Outdated on it); cache | `ConfirmLost(reason)` |
 //! | 16 | the same, read live | `MarkLost(reason)`, releasing that pod (retiring it if failed or its store is missing) |
 //! | 17 | holds its recorded pod, which is not phase Bound or whose binding annotation or additional labels differ from the spec | `RewriteBinding` |
 //! | 18 | holds its recorded pod; its store is not observed Working with exactly the claim's CN labels (missing within the bound, or HAKeeper not asked) | `WaitForStore` |
@@ -621,12 +621,22 @@ fn trouble(input: &ClaimInput<'_>, pod: &PodView) -> Option<LossReason> {
     }
     match input.store {
         // A store cannot have been missing for longer than its pod existed.
-        ObservedStore::Missing { since }
-            if has_elapsed(since.max(pod.created), input.now, input.store_missing_bound) =>
-        {
+        ObservedStore::Missing { since } if has_elapsed(since.max(pod.created), input.now, store_patience(input)) => {
             Some(LossReason::StoreMissing)
         }
         _ => None,
+    }
+}
+
+/// How long the held pod's store may be missing before the claim is lost:
+/// the store-missing bound while the claim serves from the pod (Bound or
+/// Outdated), which rides out a HAKeeper hiccup under a tenant; none for a
+/// claim still waiting to be shown Bound, which has no tenant there to keep
+/// and would only be bound later.
+fn store_patience(input: &ClaimInput<'_>) -> Duration {
+    match input.claim.phase {
+        Some(ClaimPhase::Bound | ClaimPhase::Outdated) => input.store_missing_bound,
+        _ => Duration::ZERO,
     }
 }
 
@@ -645,7 +655,7 @@ fn release_lost(pod: &PodView, reason: LossReason) -> Release<'_> {
 fn missing_store_left(input: &ClaimInput<'_>, pod: &PodView) -> Option<Duration> {
     let ObservedStore::Missing { since } = input.store else { return None };
     let missing_for = input.now.duration_since(since.max(pod.created)).unsigned_abs();
-    Some(input.store_missing_bound.saturating_sub(missing_for))
+    Some(store_patience(input).saturating_sub(missing_for))
 }
 
 fn lose<'a>(input: &ClaimInput<'a>, reason: LossReason, release: Vec<Release<'a>>) -> ClaimStep<'a> {

@@ -594,6 +594,15 @@ fn a_store_missing_longer_than_the_bound_loses_the_pod_and_retires_it() {
 }
 
 #[test]
+fn a_claim_not_yet_bound_does_not_wait_out_the_bound_for_a_missing_store() {
+    // Nothing serves a tenant there yet: the claim takes another pod at once.
+    let world = settled(ClaimPhase::Pending).store(Seen::Missing(at(NOW)));
+    assert_eq!(world.step(), ClaimStep::ConfirmLost(LossReason::StoreMissing));
+    let world = settled(ClaimPhase::Bound).store(Seen::Missing(at(NOW)));
+    assert_eq!(world.step(), ClaimStep::WaitForStore(Some(Duration::from_secs(60))));
+}
+
+#[test]
 fn a_store_missing_within_the_bound_is_waited_for() {
     let world = settled(ClaimPhase::Bound).store(Seen::Missing(at(NOW - 59)));
     // One second of the 60 s bound is left: the claim looks again then.
