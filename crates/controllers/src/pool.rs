@@ -209,7 +209,13 @@ pub async fn reconcile<R: StoreRegistry + 'static>(pool: Arc<CNPool>, ctx: Arc<C
         delete_pod(&ctx, &key, pod).await?;
     }
 
-    write_status(&ctx, &pool, &pods, pending, &revision).await?;
+    if !write_status(&ctx, &pool, &pods, pending, &revision).await? {
+        // Refused as stale: the change that made it so wakes the pool (two
+        // replicas refuse each other's writes all the time, so a short
+        // retry would only fight); this is the net for a refusal that
+        // changed nothing, shorter than the resync.
+        return Ok(Action::requeue(ctx.config.requeue_max));
+    }
     if busy || !expected.creations.is_empty() || !expected.deletions.is_empty() {
         // What the plan asked for shows up as pod events, and they wake the
         // pool; polling for them would only add reconciles. The requeue is a
@@ -448,13 +454,15 @@ async fn remove_finalizer<R>(ctx: &Context<R>, pool: &CNPool) -> Result<Action, 
     }
 }
 
+/// Writes the pool's status when it changed; `false` when the write was
+/// refused as stale.
 async fn write_status<R>(
     ctx: &Context<R>,
     pool: &CNPool,
     pods: &[PodView],
     pending: u32,
     revision: &str,
-) -> Result<(), Error> {
+) -> Result<bool, Error> {
     let count = |phase: PodPhase| pods.iter().filter(|pod| pod.phase == Some(phase)).count() as i32;
     let current = pool.status.clone().unwrap_or_default();
     let status = CNPoolStatus {
@@ -470,14 +478,14 @@ async fn write_status<R>(
     };
     ctx.metrics.pool_observed(&pool.namespace().unwrap_or_default(), &pool.name_any(), Some(&status));
     if status == current {
-        return Ok(());
+        return Ok(true);
     }
     let mut updated = pool.clone();
     updated.status = Some(status);
     let pools: Api<CNPool> = Api::namespaced(ctx.client.clone(), pool.namespace().as_deref().unwrap_or_default());
     match pools.replace_status(&pool.name_any(), &PostParams::default(), &updated).await {
-        Ok(_) => Ok(()),
-        Err(error) if is_stale(&error) || is_not_found(&error) => Ok(()),
+        Ok(_) => Ok(true),
+        Err(error) if is_stale(&error) || is_not_found(&error) => Ok(false),
         Err(error) => Err(Error::kube("write status of", format!("CNPool {}", pool.name_any()), error)),
     }
 }

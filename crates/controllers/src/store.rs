@@ -99,7 +99,7 @@ pub async fn reconcile<R: StoreRegistry + 'static>(pod: Arc<Pod>, ctx: Arc<Conte
             written => written?,
         }
     }
-    set_store_condition(&ctx, &pod, store.is_some()).await?;
+    let condition_written = set_store_condition(&ctx, &pod, store.is_some()).await?;
     if let Some(workload) = workload {
         write_stats(&ctx, &pod, workload).await?;
     }
@@ -117,13 +117,16 @@ pub async fn reconcile<R: StoreRegistry + 'static>(pod: Arc<Pod>, ctx: Arc<Conte
         }
     }
     ctx.settled(Kind::Pod, &key);
-    Ok(Action::requeue(match view.phase {
+    let next = match view.phase {
         Some(PodPhase::Draining) => {
             drain_recheck(&view, ctx.now(), &pool, ctx.config.drain_poll, ctx.config.drain_poll_max)
         }
         Some(PodPhase::Bound) => ctx.config.stats_interval,
         _ => ctx.config.resync,
-    }))
+    };
+    // A condition write refused as stale: the change that made it so wakes
+    // the pod; this is the net for a refusal that changed nothing.
+    Ok(Action::requeue(if condition_written { next } else { next.min(ctx.config.requeue_max) }))
 }
 
 pub fn error_policy<R>(pod: Arc<Pod>, error: &Error, ctx: Arc<Context<R>>) -> Action {
@@ -189,12 +192,13 @@ pub(crate) fn store_missing_noted(pod: &Pod) -> Option<jiff::Timestamp> {
 }
 
 /// The pod's `cn-store` condition: True while its CN is registered.
-async fn set_store_condition<R>(ctx: &Context<R>, pod: &Pod, registered: bool) -> Result<(), Error> {
+/// `false` when the write was refused as stale.
+async fn set_store_condition<R>(ctx: &Context<R>, pod: &Pod, registered: bool) -> Result<bool, Error> {
     let wanted = if registered { "True" } else { "False" };
     let conditions = pod.status.as_ref().and_then(|status| status.conditions.clone()).unwrap_or_default();
     let current = conditions.iter().find(|condition| condition.type_ == labels::CN_STORE_CONDITION);
     if current.is_some_and(|condition| condition.status == wanted) || (current.is_none() && !registered) {
-        return Ok(());
+        return Ok(true);
     }
     let mut updated: Vec<PodCondition> =
         conditions.iter().filter(|condition| condition.type_ != labels::CN_STORE_CONDITION).cloned().collect();
@@ -213,8 +217,8 @@ async fn set_store_condition<R>(ctx: &Context<R>, pod: &Pod, registered: bool) -
     let (namespace, name) = key_of(pod);
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);
     match pods.patch_status(&name, &PatchParams::default(), &Patch::Json::<()>(patch)).await {
-        Ok(_) => Ok(()),
-        Err(error) if is_stale(&error) || is_not_found(&error) => Ok(()),
+        Ok(_) => Ok(true),
+        Err(error) if is_stale(&error) || is_not_found(&error) => Ok(false),
         Err(error) => Err(Error::kube("set cn-store condition on", name, error)),
     }
 }
