@@ -67,7 +67,11 @@ pub async fn reconcile<R: StoreRegistry + 'static>(
     let reported = write_status(&ctx, &set, &live, expected.creations.len() + created).await?;
 
     if !reported {
-        return Ok(Action::requeue(ctx.backoff(Kind::ClaimSet, &key)));
+        // Refused as stale: the change that made it so wakes the set (two
+        // replicas refuse each other's status writes all the time, so a
+        // short retry would only fight); this is the net for a refusal
+        // that changed nothing.
+        return Ok(Action::requeue(ctx.config.requeue_max));
     }
     if busy || !expected.creations.is_empty() || !expected.deletions.is_empty() {
         // Its creations and deletions show up as member events, which wake
