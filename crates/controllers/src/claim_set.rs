@@ -67,11 +67,7 @@ pub async fn reconcile<R: StoreRegistry + 'static>(
     let reported = write_status(&ctx, &set, &live, expected.creations.len() + created).await?;
 
     if !reported {
-        // Refused as stale: the change that made it so wakes the set (two
-        // replicas refuse each other's status writes all the time, so a
-        // short retry would only fight); this is the net for a refusal
-        // that changed nothing.
-        return Ok(Action::requeue(ctx.config.requeue_max));
+        return Ok(Action::requeue(ctx.after_stale_refusal()));
     }
     if busy || !expected.creations.is_empty() || !expected.deletions.is_empty() {
         // Its creations and deletions show up as member events, which wake

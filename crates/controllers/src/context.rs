@@ -372,6 +372,15 @@ impl<R> Context<R> {
     }
 
     /// What is known of the store `uuid`, for a claim decision.
+    /// The requeue after a status or condition write refused as stale. The
+    /// change that made it stale wakes the object through its watch; this is
+    /// only the net for a refusal that changed nothing. It is not shorter
+    /// because two replicas refuse each other's status writes all the time,
+    /// and a short retry would only fight.
+    pub fn after_stale_refusal(&self) -> Duration {
+        self.config.requeue_max
+    }
+
     /// Whether HAKeeper's latest listing lacks the store `uuid`.
     pub fn lacks_store(&self, uuid: &str) -> bool {
         let snapshot = lock(&self.stores);

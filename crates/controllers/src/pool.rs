@@ -210,11 +210,7 @@ pub async fn reconcile<R: StoreRegistry + 'static>(pool: Arc<CNPool>, ctx: Arc<C
     }
 
     if !write_status(&ctx, &pool, &pods, pending, &revision).await? {
-        // Refused as stale: the change that made it so wakes the pool (two
-        // replicas refuse each other's writes all the time, so a short
-        // retry would only fight); this is the net for a refusal that
-        // changed nothing, shorter than the resync.
-        return Ok(Action::requeue(ctx.config.requeue_max));
+        return Ok(Action::requeue(ctx.after_stale_refusal()));
     }
     if busy || !expected.creations.is_empty() || !expected.deletions.is_empty() {
         // What the plan asked for shows up as pod events, and they wake the

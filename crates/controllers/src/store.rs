@@ -124,9 +124,7 @@ pub async fn reconcile<R: StoreRegistry + 'static>(pod: Arc<Pod>, ctx: Arc<Conte
         Some(PodPhase::Bound) => ctx.config.stats_interval,
         _ => ctx.config.resync,
     };
-    // A condition write refused as stale: the change that made it so wakes
-    // the pod; this is the net for a refusal that changed nothing.
-    Ok(Action::requeue(if condition_written { next } else { next.min(ctx.config.requeue_max) }))
+    Ok(Action::requeue(if condition_written { next } else { next.min(ctx.after_stale_refusal()) }))
 }
 
 pub fn error_policy<R>(pod: Arc<Pod>, error: &Error, ctx: Arc<Context<R>>) -> Action {
