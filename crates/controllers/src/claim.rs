@@ -362,6 +362,11 @@ async fn step<R: StoreRegistry>(ctx: &Context<R>, snap: &mut Snapshot, key: &Key
                 // Already live: a second confirmation would loop.
                 return Ok(Next::Done(Action::requeue(ctx.backoff(Kind::Claim, key))));
             }
+            // The store listing is a cache too: a store that another replica
+            // registered after this process last listed looks missing.
+            if step == ClaimStep::ConfirmLost(LossReason::StoreMissing) {
+                crate::store::refresh_stores(ctx).await?;
+            }
             Ok(if snap.read_live(ctx).await? { Next::Again } else { Next::Done(Action::await_change()) })
         }
         ClaimStep::Finalize { release } => {

@@ -42,19 +42,23 @@ use crate::wake;
 pub async fn poll_registry<R: StoreRegistry>(ctx: Arc<Context<R>>, shutdown: Shared<BoxFuture<'static, ()>>) {
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
-        match ctx.registry.list_stores().await {
-            Ok(stores) => {
-                for uuid in ctx.replace_stores(stores) {
-                    wake::store_changed(&ctx, &uuid);
-                }
-            }
-            Err(error) => tracing::warn!(%error, kind = error.metric_label(), "cannot list CN stores"),
+        if let Err(error) = refresh_stores(&ctx).await {
+            tracing::warn!(%error, kind = error.metric_label(), "cannot list CN stores");
         }
         tokio::select! {
             () = &mut shutdown => return,
             () = tokio::time::sleep(ctx.config.registry_poll) => {}
         }
     }
+}
+
+/// Lists HAKeeper's stores now, and wakes the pods (and their claims) whose
+/// store changed since the last listing.
+pub async fn refresh_stores<R: StoreRegistry>(ctx: &Context<R>) -> Result<(), RegistryError> {
+    for uuid in ctx.replace_stores(ctx.registry.list_stores().await?) {
+        wake::store_changed(ctx, &uuid);
+    }
+    Ok(())
 }
 
 pub async fn reconcile<R: StoreRegistry + 'static>(pod: Arc<Pod>, ctx: Arc<Context<R>>) -> Result<Action, Error> {

@@ -30,10 +30,18 @@ async fn two_operators_never_give_a_pod_two_owners_nor_exceed_max_pods() {
         let count = |phase| claims.iter().filter(|claim| claim_phase(claim) == Some(phase)).count();
         let (bound, pending) = (count("Bound"), count("Pending"));
         if bound == MAX_PODS && pending == CLAIMS - MAX_PODS {
-            Ok(())
-        } else {
-            Err(format!("{bound} Bound, {pending} Pending"))
+            return Ok(());
         }
+        let others: Vec<String> = claims
+            .iter()
+            .filter(|claim| !matches!(claim_phase(claim), Some("Bound" | "Pending")))
+            .map(|claim| {
+                let conditions = claim.status.as_ref().map(|status| &status.conditions);
+                let reasons: Vec<&str> = conditions.into_iter().flatten().map(|c| c.reason.as_str()).collect();
+                format!("{:?} {:?} {reasons:?}", claim.metadata.name, claim_phase(claim))
+            })
+            .collect();
+        Err(format!("{bound} Bound, {pending} Pending, others: {others:?}"))
     })
     .await;
 
