@@ -41,9 +41,11 @@ async fn create_set(cluster: &Cluster, replicas: i32) {
     sets(cluster).create(&PostParams::default(), &set).await.expect("create claim set");
 }
 
+/// What `kubectl scale cnclaimset` sends: a merge patch of the scale
+/// subresource.
 async fn scale(cluster: &Cluster, replicas: i32) {
     let patch = Patch::Merge(json!({"spec": {"replicas": replicas}}));
-    sets(cluster).patch(SET, &PatchParams::default(), &patch).await.expect("scale the set");
+    sets(cluster).patch_scale(SET, &PatchParams::default(), &patch).await.expect("patch /scale");
 }
 
 /// The set's members that are not being deleted, by name.
@@ -137,16 +139,18 @@ async fn scaling_2_6_3_keeps_distinct_pods_and_removes_the_members_cheapest_to_l
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_write_to_the_scale_subresource_scales_the_set() {
+async fn an_hpa_style_write_of_the_scale_subresource_scales_the_set() {
     let cluster = Cluster::new().await;
     cluster.start_operator(0).await;
     cluster.create_pool(2, Some(10)).await;
     create_set(&cluster, 1).await;
     converged(&cluster, 1).await;
 
-    // What `kubectl scale` and an HPA write.
-    let patch = Patch::Merge(json!({"spec": {"replicas": 4}}));
-    sets(&cluster).patch_scale(SET, &PatchParams::default(), &patch).await.expect("patch /scale");
+    // What an HPA writes: the Scale it read, with new replicas, guarded by
+    // its resourceVersion.
+    let mut scale = sets(&cluster).get_scale(SET).await.expect("read /scale");
+    scale.spec.get_or_insert_default().replicas = Some(4);
+    sets(&cluster).replace_scale(SET, &PostParams::default(), &scale).await.expect("replace /scale");
     converged(&cluster, 4).await;
 
     let scale = sets(&cluster).get_scale(SET).await.expect("read /scale");
