@@ -118,13 +118,13 @@ impl Target {
 /// meets `target`.
 fn measure(table: &mut Table, what: &str, figures: [Value; 2], target: Option<Target>) {
     let [cnpool, legacy] = figures;
-    let met = match (target, cnpool.as_f64()) {
-        (Some(target), Some(value)) => json!(if target.met(value) { "yes" } else { "no" }),
-        (Some(_), None) => json!("no"),
-        (None, _) => Value::Null,
+    let Some(target) = target else {
+        table.row(vec![json!(what), cnpool, legacy, Value::Null, Value::Null]);
+        return;
     };
-    let target = target.map_or(Value::Null, |target| json!(target.text()));
-    table.row(vec![json!(what), cnpool, legacy, target, met]);
+    let met = cnpool.as_f64().is_some_and(|value| target.met(value));
+    table.check(what, cnpool.clone(), target.text(), met);
+    table.row(vec![json!(what), cnpool, legacy, json!(target.text()), json!(if met { "yes" } else { "no" })]);
 }
 
 /// `count` per `per`, rounded to two decimals (`null` without a `per`).

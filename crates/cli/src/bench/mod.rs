@@ -43,6 +43,16 @@ enum Case {
     /// B5: the operator process's peak RSS with 1,000 and 10,000 pods and
     /// as many claims in its caches (on `cnpool dev`'s embedded server).
     Memory(cluster::MemoryArgs),
+    /// B1 to B5 one after another with their defaults, then one table of
+    /// every figure that has a target. B2 needs a real kube-apiserver
+    /// (`--kubeconfig`; ci/bench/all.sh starts one and stops it).
+    All(AllArgs),
+}
+
+#[derive(clap::Args)]
+struct AllArgs {
+    #[command(flatten)]
+    real: cluster::RealArgs,
 }
 
 pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
@@ -69,10 +79,88 @@ async fn run_case(case: &Case) -> anyhow::Result<Vec<Table>> {
         Case::Steady(case) => vec![inprocess::steady(case).await?],
         Case::Migration(case) => vec![inprocess::migration(case).await?],
         Case::Memory(case) => vec![cluster::memory(case).await?],
+        Case::All(case) => {
+            let mut tables = vec![
+                inprocess::burst(&defaults()?).await?,
+                cluster::real(&case.real).await?,
+                inprocess::steady(&defaults()?).await?,
+                inprocess::migration(&defaults()?).await?,
+                cluster::memory(&defaults()?).await?,
+            ];
+            tables.push(targets(&tables));
+            tables
+        }
     })
+}
+
+/// A case's arguments as its command line's defaults give them.
+fn defaults<A: clap::Args + clap::FromArgMatches>() -> anyhow::Result<A> {
+    let command = A::augment_args(clap::Command::new("case"));
+    let matches = command.try_get_matches_from(["case"]).context("a case's default arguments")?;
+    A::from_arg_matches(&matches).context("a case's default arguments")
+}
+
+/// Every figure of `tables` that has a target, case by case.
+fn targets(tables: &[Table]) -> Table {
+    let mut summary = Table::new("all", "every figure with a target", &["case", "measure", "value", "target", "met"]);
+    for table in tables {
+        for check in &table.checks {
+            summary.row(vec![
+                serde_json::json!(table.case),
+                serde_json::json!(check.measure),
+                check.value.clone(),
+                serde_json::json!(check.target),
+                serde_json::json!(if check.met { "yes" } else { "NO" }),
+            ]);
+        }
+    }
+    let missed = tables.iter().flat_map(|table| &table.checks).filter(|check| !check.met).count();
+    summary.note(format!("{missed} target(s) missed; docs/benchmarks.md says why"));
+    summary
 }
 
 fn write_json(path: &Path, tables: &[Table]) -> anyhow::Result<()> {
     let json = serde_json::to_string_pretty(tables)?;
     std::fs::write(path, json).with_context(|| format!("--json {}: cannot write", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn the_summary_lists_every_target_and_counts_the_missed_ones() {
+        let mut burst = Table::new("burst", "B1", &["measure"]);
+        burst.check("binds/s (wall)", json!(78.0), "≥ 2000".to_owned(), false);
+        burst.check("writes/bind", json!(3.0), "≤ 3".to_owned(), true);
+        let mut memory = Table::new("memory", "B5", &["pods"]);
+        memory.check("peak RSS MiB, 1000 pods", json!(50.3), "≤ 64".to_owned(), true);
+        let summary = targets(&[burst, Table::new("steady", "B3", &["measure"]), memory]);
+        let rows: Vec<(String, String)> = summary
+            .rows
+            .iter()
+            .map(|row| (row[0].as_str().unwrap_or_default().to_owned(), row[4].as_str().unwrap_or_default().to_owned()))
+            .collect();
+        assert_eq!(
+            rows,
+            [("burst".into(), "NO".into()), ("burst".into(), "yes".into()), ("memory".into(), "yes".into())]
+        );
+        assert_eq!(summary.notes, ["1 target(s) missed; docs/benchmarks.md says why"]);
+    }
+
+    #[derive(clap::Args)]
+    struct Sample {
+        #[arg(long, default_value_t = 1_000)]
+        claims: u32,
+        #[arg(long, value_delimiter = ',', default_value = "1000,10000")]
+        pods: Vec<usize>,
+    }
+
+    #[test]
+    fn a_case_run_by_all_takes_its_command_line_defaults() {
+        let sample: Sample = defaults().expect("defaults parse");
+        assert_eq!((sample.claims, sample.pods), (1_000, vec![1_000, 10_000]));
+    }
 }

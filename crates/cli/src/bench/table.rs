@@ -11,6 +11,18 @@ pub struct Table {
     pub rows: Vec<Vec<serde_json::Value>>,
     /// Lines printed under the table: what was measured, targets missed.
     pub notes: Vec<String>,
+    /// The case's figures that have a target, for `cnpool bench all`'s
+    /// summary.
+    pub checks: Vec<Check>,
+}
+
+/// A figure held to a target.
+#[derive(Clone, Serialize)]
+pub struct Check {
+    pub measure: String,
+    pub value: serde_json::Value,
+    pub target: String,
+    pub met: bool,
 }
 
 impl Table {
@@ -21,6 +33,7 @@ impl Table {
             columns: columns.iter().map(|column| (*column).to_owned()).collect(),
             rows: Vec::new(),
             notes: Vec::new(),
+            checks: Vec::new(),
         }
     }
 
@@ -30,6 +43,12 @@ impl Table {
 
     pub fn note(&mut self, line: impl Into<String>) {
         self.notes.push(line.into());
+    }
+
+    /// Records that `value` of `measure` is held to `target`; the row
+    /// showing it is the case's own.
+    pub fn check(&mut self, measure: &str, value: serde_json::Value, target: String, met: bool) {
+        self.checks.push(Check { measure: measure.to_owned(), value, target, met });
     }
 
     /// The table with right-aligned columns as wide as their widest cell;

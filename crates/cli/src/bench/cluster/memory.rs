@@ -47,11 +47,15 @@ pub async fn memory(args: &MemoryArgs) -> anyhow::Result<Table> {
             ("restarted over the full caches", run.restarted, run.restart_seconds),
         ] {
             let met = target.map(|target| peak <= target);
+            let peak = (peak * 10.0).round() / 10.0;
+            if let (Some(target), Some(met)) = (target, met) {
+                table.check(&format!("peak RSS MiB, {pods} pods, {operator}"), json!(peak), format!("≤ {target}"), met);
+            }
             table.row(vec![
                 json!(pods),
                 json!(pods),
                 json!(operator),
-                json!((peak * 10.0).round() / 10.0),
+                json!(peak),
                 json!(target),
                 json!(met),
                 json!(seconds.round()),
