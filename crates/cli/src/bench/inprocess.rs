@@ -118,13 +118,13 @@ impl Target {
 /// meets `target`.
 fn measure(table: &mut Table, what: &str, figures: [Value; 2], target: Option<Target>) {
     let [cnpool, legacy] = figures;
-    let Some(target) = target else {
-        table.row(vec![json!(what), cnpool, legacy, Value::Null, Value::Null]);
-        return;
-    };
-    let met = cnpool.as_f64().is_some_and(|value| target.met(value));
-    table.check(what, cnpool.clone(), target.text(), met);
-    table.row(vec![json!(what), cnpool, legacy, json!(target.text()), json!(if met { "yes" } else { "no" })]);
+    let met = target.map(|target| cnpool.as_f64().is_some_and(|value| target.met(value)));
+    if let (Some(target), Some(met)) = (target, met) {
+        table.check(what, cnpool.clone(), target.text(), met);
+    }
+    let target = target.map_or(Value::Null, |target| json!(target.text()));
+    let met = met.map_or(Value::Null, |met| json!(if met { "yes" } else { "no" }));
+    table.row(vec![json!(what), cnpool, legacy, target, met]);
 }
 
 /// `count` per `per`, rounded to two decimals (`null` without a `per`).

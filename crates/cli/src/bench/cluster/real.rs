@@ -85,12 +85,11 @@ pub async fn real(args: &RealArgs) -> anyhow::Result<Table> {
         &["measure", "value", "target", "met"],
     );
     let row = |table: &mut Table, measure: &str, value: f64, target: Option<(String, bool)>| {
-        let Some((target, met)) = target else {
-            table.row(vec![json!(measure), json!(round(value)), json!(null), json!(null)]);
-            return;
-        };
-        table.check(measure, json!(round(value)), target.clone(), met);
-        table.row(vec![json!(measure), json!(round(value)), json!(target), json!(met)]);
+        if let Some((target, met)) = &target {
+            table.check(measure, json!(round(value)), target.clone(), *met);
+        }
+        let (target, met) = target.map_or((json!(null), json!(null)), |(target, met)| (json!(target), json!(met)));
+        table.row(vec![json!(measure), json!(round(value)), target, met]);
     };
     row(&mut table, "claims (and warm pods)", claims as f64, None);
     row(&mut table, "raw write ceiling, writes/s", ceiling, None);
