@@ -19,6 +19,7 @@ use std::hash::Hash;
 use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use cnpool_api::{CNClaim, CNClaimSet, CNPool, labels};
+use cnpool_core::model::PodView;
 use futures::StreamExt;
 use futures::future::Shared;
 use k8s_openapi::api::core::v1::Pod;
@@ -132,6 +133,18 @@ pub struct PodIndex {
     by_store: BTreeMap<String, BTreeSet<Key>>,
     /// `spec.nodeName` → pod keys.
     by_node: BTreeMap<String, BTreeSet<Key>>,
+    /// (namespace, pool) → name → the Idle pod, read. Each claim that may
+    /// take a pod looks at all of them; reading them once per change of a
+    /// pod, not once per claim step, keeps a burst of claims linear.
+    idle: BTreeMap<(String, String), BTreeMap<String, Arc<IdlePod>>>,
+}
+
+/// An Idle pod of a pool, with what its object alone says of it
+/// ([`crate::pool::own_view`]); the object is the one the view was read
+/// from, so a guarded write on it is guarded by what the view saw.
+pub struct IdlePod {
+    pub pod: Arc<Pod>,
+    pub view: PodView,
 }
 
 /// What a pod is indexed by: key, pool, phase, claim UID, store UUID, node.
@@ -156,6 +169,11 @@ impl Index<Pod> for PodIndex {
             add(&mut self.by_node, node, key.clone());
         }
         if let Some(pool) = pool {
+            // A pod whose object cannot be read is offered to no claim.
+            if let Some(view) = (phase == "Idle").then(|| crate::pool::own_view(pod).ok()).flatten() {
+                let idle = Arc::new(IdlePod { pod: pod.clone(), view });
+                self.idle.entry((key.0.clone(), pool.clone())).or_default().insert(key.1.clone(), idle);
+            }
             add(&mut self.by_pool_phase, (key.0.clone(), pool.clone(), phase), key.1.clone());
             add(&mut self.by_pool, (key.0.clone(), pool), key.1.clone());
         }
@@ -173,6 +191,13 @@ impl Index<Pod> for PodIndex {
             drop_from(&mut self.by_node, &node, &key);
         }
         if let Some(pool) = pool {
+            let at = (key.0.clone(), pool.clone());
+            if let Some(idle) = self.idle.get_mut(&at) {
+                idle.remove(&key.1);
+                if idle.is_empty() {
+                    self.idle.remove(&at);
+                }
+            }
             drop_from(&mut self.by_pool_phase, &(key.0.clone(), pool.clone(), phase), &key.1);
             drop_from(&mut self.by_pool, &(key.0.clone(), pool), &key.1);
         }
@@ -282,6 +307,14 @@ impl Pods {
         self.with(|objects, index| {
             let names = index.by_pool_phase.get(&(namespace.to_owned(), pool.to_owned(), phase.to_owned()));
             resolve(objects, namespace, names.into_iter().flatten())
+        })
+    }
+
+    /// The Idle pods of `pool`, read.
+    pub fn idle_in_pool(&self, namespace: &str, pool: &str) -> Vec<Arc<IdlePod>> {
+        self.with(|_, index| {
+            let idle = index.idle.get(&(namespace.to_owned(), pool.to_owned()));
+            idle.into_iter().flat_map(BTreeMap::values).cloned().collect()
         })
     }
 

@@ -102,7 +102,7 @@ use kube::api::{Api, ListParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 
-use crate::cache::{Key, key_of};
+use crate::cache::{IdlePod, Key, key_of};
 use crate::context::{ACQUIRED_LATELY, Context, Kind};
 use crate::error::{Error, is_not_found, is_stale};
 use crate::ownership::{self, Outcome, Transition};
@@ -245,7 +245,10 @@ fn may_roll<R>(ctx: &Context<R>, namespace: &str, held: Option<&PodView>) -> boo
 
 /// The Idle pods of the pools `claim` may take from, and whether any were
 /// held back as acquired lately (by this process, or tried and refused).
-fn candidate_pods<R>(ctx: &Context<R>, claim: &ClaimView, namespace: &str) -> (Vec<Arc<Pod>>, bool) {
+/// Those on a cordoned node and those whose store HAKeeper does not list
+/// now are left out: the first are not eligible, and a claim taking one of
+/// the second would only wait for its store, and maybe be Lost.
+fn candidate_pods<R>(ctx: &Context<R>, claim: &ClaimView, namespace: &str) -> (Vec<Arc<IdlePod>>, bool) {
     let pools: Vec<String> = match &claim.pool_name {
         Some(pool) => vec![pool.clone()],
         None => ctx
@@ -256,11 +259,23 @@ fn candidate_pods<R>(ctx: &Context<R>, claim: &ClaimView, namespace: &str) -> (V
             .map(|(pool, _)| pool.name_any())
             .collect(),
     };
-    let (held_back, idle): (Vec<Arc<Pod>>, Vec<Arc<Pod>>) = pools
+    let (held_back, idle): (Vec<Arc<IdlePod>>, Vec<Arc<IdlePod>>) = pools
         .iter()
-        .flat_map(|pool| ctx.pods.in_pool_phase(namespace, pool, "Idle"))
-        .partition(|pod| pod.uid().is_some_and(|uid| ctx.acquired_lately(&uid)));
-    (idle, !held_back.is_empty())
+        .flat_map(|pool| ctx.pods.idle_in_pool(namespace, pool))
+        .partition(|idle| ctx.acquired_lately(&idle.view.uid));
+    let offered = idle
+        .into_iter()
+        .filter(|idle| !idle.view.node.as_deref().is_some_and(|node| ctx.nodes.contains(node)))
+        .filter(|idle| match idle.view.store_uuid.as_deref() {
+            Some(uuid) if ctx.lacks_store(uuid) => {
+                // Starts the clock by which its pool replaces it.
+                ctx.store_missing_since(uuid, store_missing_noted(&idle.pod));
+                false
+            }
+            _ => true,
+        })
+        .collect();
+    (offered, !held_back.is_empty())
 }
 
 async fn step<R: StoreRegistry>(ctx: &Context<R>, snap: &mut Snapshot, key: &Key) -> Result<Next, Error> {
@@ -278,12 +293,8 @@ async fn step<R: StoreRegistry>(ctx: &Context<R>, snap: &mut Snapshot, key: &Key
     // without its finalizer adds that first, whatever the pool offers.
     let may_pick =
         !view.deleting && view.has_finalizer && (view.pod_name.is_none() || view.phase == Some(ClaimPhase::Lost));
-    let (candidate_raw, held_back) =
-        if may_pick { candidate_pods(ctx, &view, &namespace) } else { (Vec::new(), false) };
-    let mut candidates: Vec<PodView> = candidate_raw.iter().map(|pod| read_pod(ctx, pod)).collect::<Result<_, _>>()?;
-    // An Idle pod whose store HAKeeper does not list now cannot serve: a
-    // claim taking it would only wait for the store, and maybe be Lost.
-    candidates.retain(|pod| !pod.store_uuid.as_deref().is_some_and(|uuid| ctx.lacks_store(uuid)));
+    let (offered, held_back) = if may_pick { candidate_pods(ctx, &view, &namespace) } else { (Vec::new(), false) };
+    let candidates: Vec<&PodView> = offered.iter().map(|idle| &idle.view).collect();
     let held: Vec<&PodView> = owned
         .iter()
         .chain(pointed.as_ref())
@@ -328,7 +339,7 @@ async fn step<R: StoreRegistry>(ctx: &Context<R>, snap: &mut Snapshot, key: &Key
         .iter()
         .chain(snap.pointed.as_ref())
         .chain(snap.source.as_ref())
-        .chain(candidate_raw.iter())
+        .chain(offered.iter().map(|idle| &idle.pod))
         .cloned()
         .collect();
     let claim_ref = snap.claim.object_ref(&());

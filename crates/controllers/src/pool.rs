@@ -87,17 +87,26 @@ pub fn service_name(pool: &str) -> String {
 /// taking it would wait that bound again and be Lost) and its pool
 /// replaces it.
 pub(crate) fn read_pod<R>(ctx: &Context<R>, pod: &Pod) -> Result<PodView, Error> {
-    let node = pod.spec.as_ref().and_then(|spec| spec.node_name.as_deref());
-    let mut view = pod_view(pod, node.is_some_and(|node| ctx.nodes.contains(node)))?;
-    let terminated =
-        pod.status.as_ref().and_then(|status| status.container_statuses.as_ref()).is_some_and(|containers| {
-            containers.iter().any(|container| container.state.as_ref().is_some_and(|state| state.terminated.is_some()))
-        });
+    let mut view = own_view(pod)?;
+    view.cordoned |= view.node.as_deref().is_some_and(|node| ctx.nodes.contains(node));
     let store_gone = unowned_store_missing_since(ctx, pod, &view).is_some_and(|since| {
         SignedDuration::try_from(ctx.config.store_missing_bound)
             .is_ok_and(|bound| ctx.now().duration_since(since) >= bound)
     });
-    view.failed |= (terminated || store_gone) && !view.deleting;
+    view.failed |= store_gone && !view.deleting;
+    Ok(view)
+}
+
+/// The part of [`read_pod`] that depends on the pod's object alone: what
+/// the pod index keeps for Idle pods, read once per change of the pod
+/// rather than once per claim that might take it.
+pub(crate) fn own_view(pod: &Pod) -> Result<PodView, cnpool_core::convert::ConvertError> {
+    let mut view = pod_view(pod, false)?;
+    let terminated =
+        pod.status.as_ref().and_then(|status| status.container_statuses.as_ref()).is_some_and(|containers| {
+            containers.iter().any(|container| container.state.as_ref().is_some_and(|state| state.terminated.is_some()))
+        });
+    view.failed |= terminated && !view.deleting;
     Ok(view)
 }
 

@@ -98,8 +98,12 @@ pub fn eligibility(claim: &ClaimView, pod: &PodView, pools: &[PoolView]) -> Resu
 }
 
 /// The pods of `pods` that `claim` may acquire, best first.
-pub fn rank_candidates<'a>(claim: &ClaimView, pods: &'a [PodView], pools: &[PoolView]) -> Vec<&'a PodView> {
-    let mut candidates: Vec<&PodView> = pods.iter().filter(|pod| eligibility(claim, pod, pools).is_ok()).collect();
+pub fn rank_candidates<'a>(
+    claim: &ClaimView,
+    pods: impl IntoIterator<Item = &'a PodView>,
+    pools: &[PoolView],
+) -> Vec<&'a PodView> {
+    let mut candidates: Vec<&PodView> = pods.into_iter().filter(|pod| eligibility(claim, pod, pools).is_ok()).collect();
     candidates.sort_by_key(|pod| {
         let previous_owner = claim.owner_name.is_some() && pod.last_owner == claim.owner_name;
         (Reverse(previous_owner), pod.created, pod.name.as_str(), pod.uid.as_str())

@@ -95,7 +95,7 @@ use crate::model::{ClaimView, ObservedStore, PodView, PoolView, Read, RecordedPo
 
 /// Everything one claim decision reads.
 #[derive(Clone, Copy, Debug)]
-pub struct ClaimInput<'a> {
+pub struct ClaimInput<'a, 'c> {
     /// The claim decided on.
     pub claim: &'a ClaimView,
     /// The pods whose `claim-uid` is the claim's UID (from the index, or a
@@ -109,8 +109,8 @@ pub struct ClaimInput<'a> {
     /// holds no target yet, of its source (where its tenant still runs).
     pub store: ObservedStore<'a>,
     /// Pool pods the claim might acquire (those it is not eligible for are
-    /// skipped).
-    pub candidates: &'a [PodView],
+    /// skipped); borrowed, because the operator keeps them read.
+    pub candidates: &'c [&'a PodView],
     /// The pools, for their current revisions.
     pub pools: &'a [PoolView],
     /// The current time.
@@ -358,7 +358,7 @@ impl Unavailable {
 }
 
 /// The claim's next step; see the module documentation for the table.
-pub fn next_claim_step<'a>(input: &ClaimInput<'a>) -> ClaimStep<'a> {
+pub fn next_claim_step<'a>(input: &ClaimInput<'a, '_>) -> ClaimStep<'a> {
     let claim = input.claim;
     if claim.deleting {
         return finalize(input);
@@ -378,7 +378,7 @@ pub fn next_claim_step<'a>(input: &ClaimInput<'a>) -> ClaimStep<'a> {
 }
 
 /// Every pod carrying the claim's UID, by name, each once.
-fn ours<'a>(input: &ClaimInput<'a>) -> Vec<&'a PodView> {
+fn ours<'a>(input: &ClaimInput<'a, '_>) -> Vec<&'a PodView> {
     let uid = input.claim.uid.as_str();
     let mut pods: Vec<&PodView> = input.owned.iter().chain(input.pointed).filter(|pod| pod.is_owned_by(uid)).collect();
     pods.sort_by_key(|pod| (pod.name.as_str(), pod.uid.as_str()));
@@ -387,7 +387,7 @@ fn ours<'a>(input: &ClaimInput<'a>) -> Vec<&'a PodView> {
     pods
 }
 
-fn finalize<'a>(input: &ClaimInput<'a>) -> ClaimStep<'a> {
+fn finalize<'a>(input: &ClaimInput<'a, '_>) -> ClaimStep<'a> {
     match (input.claim.has_finalizer, input.read) {
         (false, _) => ClaimStep::InSync,
         (true, Read::Cached) => ClaimStep::ConfirmFinalize,
@@ -409,7 +409,7 @@ pub fn pod_to_keep<'a>(claim: &ClaimView, held: &[&'a PodView]) -> &'a PodView {
 }
 
 /// Rows 6–13: the claim holds no pod.
-fn bind<'a>(input: &ClaimInput<'a>) -> ClaimStep<'a> {
+fn bind<'a>(input: &ClaimInput<'a, '_>) -> ClaimStep<'a> {
     let claim = input.claim;
     if let Some(pod) = legacy_adoptable(input) {
         return ClaimStep::AdoptLegacy(pod);
@@ -437,14 +437,16 @@ fn bind<'a>(input: &ClaimInput<'a>) -> ClaimStep<'a> {
             },
             step => step,
         },
-        None => ClaimStep::Acquire { candidates: rank_candidates(claim, input.candidates, input.pools) },
+        None => {
+            ClaimStep::Acquire { candidates: rank_candidates(claim, input.candidates.iter().copied(), input.pools) }
+        }
     }
 }
 
 /// The pointed pod, when adopt-legacy's precondition holds on it exactly
 /// and the claim has not recorded another pod's UID under that name (a pod
 /// replaced since is not the one the claim was bound to).
-fn legacy_adoptable<'a>(input: &ClaimInput<'a>) -> Option<&'a PodView> {
+fn legacy_adoptable<'a>(input: &ClaimInput<'a, '_>) -> Option<&'a PodView> {
     let claim = input.claim;
     input.pointed.filter(|pod| {
         claim.pod_name.as_deref() == Some(pod.name.as_str())
@@ -458,7 +460,7 @@ fn legacy_adoptable<'a>(input: &ClaimInput<'a>) -> Option<&'a PodView> {
 
 /// Why the recorded pod no longer belongs to the claim, given that the claim
 /// holds no pod; `None` when there is no record to lose.
-fn why_recorded_pod_is_gone(input: &ClaimInput<'_>) -> Option<LossReason> {
+fn why_recorded_pod_is_gone(input: &ClaimInput<'_, '_>) -> Option<LossReason> {
     let claim = input.claim;
     if claim.phase == Some(ClaimPhase::Lost) {
         return None;
@@ -486,7 +488,7 @@ fn why_recorded_pod_is_gone(input: &ClaimInput<'_>) -> Option<LossReason> {
 /// (rows 15/16), the claim has lost it like any held pod; it then takes a
 /// target as a Lost claim does. `None` while the source serves, or once the
 /// claim is Lost.
-fn why_source_is_lost<'a>(input: &ClaimInput<'a>) -> Option<(LossReason, Vec<Release<'a>>)> {
+fn why_source_is_lost<'a>(input: &ClaimInput<'a, '_>) -> Option<(LossReason, Vec<Release<'a>>)> {
     let claim = input.claim;
     let name = claim.source_pod.as_deref()?;
     if claim.phase == Some(ClaimPhase::Lost) {
@@ -503,7 +505,7 @@ fn why_source_is_lost<'a>(input: &ClaimInput<'a>) -> Option<(LossReason, Vec<Rel
     Some((reason, vec![release_lost(source, reason)]))
 }
 
-fn acquire_pre_bound<'a>(input: &ClaimInput<'a>, requested: &str) -> ClaimStep<'a> {
+fn acquire_pre_bound<'a>(input: &ClaimInput<'a, '_>, requested: &str) -> ClaimStep<'a> {
     let Some(pod) = input.pointed.filter(|pod| pod.name == requested) else {
         return ClaimStep::ReportUnavailable(Unavailable::NotFound);
     };
@@ -514,7 +516,7 @@ fn acquire_pre_bound<'a>(input: &ClaimInput<'a>, requested: &str) -> ClaimStep<'
 }
 
 /// Rows 14–20: the claim holds exactly `pod`.
-fn sync<'a>(input: &ClaimInput<'a>, pod: &'a PodView) -> ClaimStep<'a> {
+fn sync<'a>(input: &ClaimInput<'a, '_>, pod: &'a PodView) -> ClaimStep<'a> {
     let claim = input.claim;
     if !is_recorded(claim, pod) {
         // A pod cache that lags the claim's own writes still shows a pod the
@@ -565,7 +567,7 @@ enum Template {
 /// label differs from its pool's; `None` when that cannot be told (no
 /// revision label, as on the Go operator's pods, or an unknown pool), so
 /// that nothing is rolled on a guess.
-fn template_of(input: &ClaimInput<'_>, pod: &PodView) -> Option<Template> {
+fn template_of(input: &ClaimInput<'_, '_>, pod: &PodView) -> Option<Template> {
     if pod.outdated {
         return Some(Template::Old);
     }
@@ -575,7 +577,7 @@ fn template_of(input: &ClaimInput<'_>, pod: &PodView) -> Option<Template> {
 }
 
 /// Rows 20m–25: the claim holds its recorded target, whose store serves.
-fn migrate<'a>(input: &ClaimInput<'a>, target: &'a PodView) -> ClaimStep<'a> {
+fn migrate<'a>(input: &ClaimInput<'a, '_>, target: &'a PodView) -> ClaimStep<'a> {
     let claim = input.claim;
     let Some(since) = input.serving_since else {
         return ClaimStep::NoteTargetServing(target);
@@ -612,7 +614,7 @@ fn is_recorded(claim: &ClaimView, pod: &PodView) -> bool {
 }
 
 /// Why the held, recorded pod can no longer serve the claim.
-fn trouble(input: &ClaimInput<'_>, pod: &PodView) -> Option<LossReason> {
+fn trouble(input: &ClaimInput<'_, '_>, pod: &PodView) -> Option<LossReason> {
     if pod.deleting {
         return Some(LossReason::PodDeleting);
     }
@@ -633,7 +635,7 @@ fn trouble(input: &ClaimInput<'_>, pod: &PodView) -> Option<LossReason> {
 /// Outdated), which rides out a HAKeeper hiccup under a tenant; none for a
 /// claim still waiting to be shown Bound, which has no tenant there to keep
 /// and would only be bound later.
-fn store_patience(input: &ClaimInput<'_>) -> Duration {
+fn store_patience(input: &ClaimInput<'_, '_>) -> Duration {
     match input.claim.phase {
         Some(ClaimPhase::Bound | ClaimPhase::Outdated) => input.store_missing_bound,
         _ => Duration::ZERO,
@@ -652,13 +654,13 @@ fn release_lost(pod: &PodView, reason: LossReason) -> Release<'_> {
 }
 
 /// How long a missing store may stay missing before the claim is lost.
-fn missing_store_left(input: &ClaimInput<'_>, pod: &PodView) -> Option<Duration> {
+fn missing_store_left(input: &ClaimInput<'_, '_>, pod: &PodView) -> Option<Duration> {
     let ObservedStore::Missing { since } = input.store else { return None };
     let missing_for = input.now.duration_since(since.max(pod.created)).unsigned_abs();
     Some(store_patience(input).saturating_sub(missing_for))
 }
 
-fn lose<'a>(input: &ClaimInput<'a>, reason: LossReason, release: Vec<Release<'a>>) -> ClaimStep<'a> {
+fn lose<'a>(input: &ClaimInput<'a, '_>, reason: LossReason, release: Vec<Release<'a>>) -> ClaimStep<'a> {
     match input.read {
         Read::Cached => ClaimStep::ConfirmLost(reason),
         Read::Live => ClaimStep::MarkLost { reason, release },

@@ -79,13 +79,14 @@ impl World {
             Seen::Unobserved => ObservedStore::Unobserved,
         };
         let pointed = self.claim.pointed_pod().and_then(|name| self.pods.iter().find(|pod| pod.name == name));
+        let candidates: Vec<&PodView> = self.pods.iter().collect();
         next_claim_step(&ClaimInput {
             claim: &self.claim,
             owned: &self.owned,
             pointed,
             read: self.read,
             store,
-            candidates: &self.pods,
+            candidates: &candidates,
             pools: &self.pools,
             now: at(NOW),
             store_missing_bound: STORE_MISSING_BOUND,
