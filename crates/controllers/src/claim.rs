@@ -106,7 +106,7 @@ use crate::cache::{IdlePod, Key, key_of};
 use crate::context::{ACQUIRED_LATELY, Context, Kind};
 use crate::error::{Error, is_not_found, is_stale};
 use crate::ownership::{self, Outcome, Transition};
-use crate::pool::read_pod;
+use crate::pool::{on_cordoned_node, read_pod, unowned_store_missing_since};
 use crate::store::store_missing_noted;
 
 /// The condition type a claim reports its binding in.
@@ -263,17 +263,12 @@ fn candidate_pods<R>(ctx: &Context<R>, claim: &ClaimView, namespace: &str) -> (V
         .iter()
         .flat_map(|pool| ctx.pods.idle_in_pool(namespace, pool))
         .partition(|idle| ctx.acquired_lately(&idle.view.uid));
+    // Reading the store's absence also starts the clock by which the pool
+    // replaces the pod.
     let offered = idle
         .into_iter()
-        .filter(|idle| !idle.view.node.as_deref().is_some_and(|node| ctx.nodes.contains(node)))
-        .filter(|idle| match idle.view.store_uuid.as_deref() {
-            Some(uuid) if ctx.lacks_store(uuid) => {
-                // Starts the clock by which its pool replaces it.
-                ctx.store_missing_since(uuid, store_missing_noted(&idle.pod));
-                false
-            }
-            _ => true,
-        })
+        .filter(|idle| !on_cordoned_node(ctx, &idle.view))
+        .filter(|idle| unowned_store_missing_since(ctx, &idle.pod, &idle.view).is_none())
         .collect();
     (offered, !held_back.is_empty())
 }

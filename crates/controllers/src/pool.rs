@@ -88,7 +88,7 @@ pub fn service_name(pool: &str) -> String {
 /// replaces it.
 pub(crate) fn read_pod<R>(ctx: &Context<R>, pod: &Pod) -> Result<PodView, Error> {
     let mut view = own_view(pod)?;
-    view.cordoned |= view.node.as_deref().is_some_and(|node| ctx.nodes.contains(node));
+    view.cordoned |= on_cordoned_node(ctx, &view);
     let store_gone = unowned_store_missing_since(ctx, pod, &view).is_some_and(|since| {
         SignedDuration::try_from(ctx.config.store_missing_bound)
             .is_ok_and(|bound| ctx.now().duration_since(since) >= bound)
@@ -110,11 +110,16 @@ pub(crate) fn own_view(pod: &Pod) -> Result<PodView, cnpool_core::convert::Conve
     Ok(view)
 }
 
+/// Whether `view` runs on a node that is cordoned.
+pub(crate) fn on_cordoned_node<R>(ctx: &Context<R>, view: &PodView) -> bool {
+    view.node.as_deref().is_some_and(|node| ctx.nodes.contains(node))
+}
+
 /// Since when HAKeeper has lacked the store of `view`, if it is an Idle pod
 /// or an Unknown one whose CN has started. A CN whose store vanished before
 /// it registered never leaves Unknown; one still starting is not missing
 /// anything yet, so for it the time counts from its container's start.
-fn unowned_store_missing_since<R>(ctx: &Context<R>, pod: &Pod, view: &PodView) -> Option<jiff::Timestamp> {
+pub(crate) fn unowned_store_missing_since<R>(ctx: &Context<R>, pod: &Pod, view: &PodView) -> Option<jiff::Timestamp> {
     let started = match view.phase {
         Some(PodPhase::Idle) => None,
         Some(PodPhase::Unknown) => Some(cn_started_at(pod)?),
