@@ -133,10 +133,11 @@ pub struct PodIndex {
     by_store: BTreeMap<String, BTreeSet<Key>>,
     /// `spec.nodeName` → pod keys.
     by_node: BTreeMap<String, BTreeSet<Key>>,
-    /// (namespace, pool) → name → the Idle pod, read. Each claim that may
-    /// take a pod looks at all of them; reading them once per change of a
-    /// pod, not once per claim step, keeps a burst of claims linear.
-    idle: BTreeMap<(String, String), BTreeMap<String, Arc<IdlePod>>>,
+    /// Pod key → the Idle pod, read (grouped by pool in `by_pool_phase`).
+    /// Each claim that may take a pod looks at all of its pool's; reading
+    /// them once per change of a pod, not once per claim step, keeps a
+    /// burst of claims linear.
+    idle: BTreeMap<Key, Arc<IdlePod>>,
 }
 
 /// An Idle pod of a pool, with what its object alone says of it
@@ -171,8 +172,7 @@ impl Index<Pod> for PodIndex {
         if let Some(pool) = pool {
             // A pod whose object cannot be read is offered to no claim.
             if let Some(view) = (phase == "Idle").then(|| crate::pool::own_view(pod).ok()).flatten() {
-                let idle = Arc::new(IdlePod { pod: pod.clone(), view });
-                self.idle.entry((key.0.clone(), pool.clone())).or_default().insert(key.1.clone(), idle);
+                self.idle.insert(key.clone(), Arc::new(IdlePod { pod: pod.clone(), view }));
             }
             add(&mut self.by_pool_phase, (key.0.clone(), pool.clone(), phase), key.1.clone());
             add(&mut self.by_pool, (key.0.clone(), pool), key.1.clone());
@@ -187,17 +187,11 @@ impl Index<Pod> for PodIndex {
 
     fn remove(&mut self, pod: &Arc<Pod>) {
         let (key, pool, phase, claim, store, node) = Self::entries(pod);
+        self.idle.remove(&key);
         if let Some(node) = node {
             drop_from(&mut self.by_node, &node, &key);
         }
         if let Some(pool) = pool {
-            let at = (key.0.clone(), pool.clone());
-            if let Some(idle) = self.idle.get_mut(&at) {
-                idle.remove(&key.1);
-                if idle.is_empty() {
-                    self.idle.remove(&at);
-                }
-            }
             drop_from(&mut self.by_pool_phase, &(key.0.clone(), pool.clone(), phase), &key.1);
             drop_from(&mut self.by_pool, &(key.0.clone(), pool), &key.1);
         }
@@ -313,8 +307,9 @@ impl Pods {
     /// The Idle pods of `pool`, read.
     pub fn idle_in_pool(&self, namespace: &str, pool: &str) -> Vec<Arc<IdlePod>> {
         self.with(|_, index| {
-            let idle = index.idle.get(&(namespace.to_owned(), pool.to_owned()));
-            idle.into_iter().flat_map(BTreeMap::values).cloned().collect()
+            let names = index.by_pool_phase.get(&(namespace.to_owned(), pool.to_owned(), "Idle".to_owned()));
+            let keys = names.into_iter().flatten().map(|name| (namespace.to_owned(), name.clone()));
+            keys.filter_map(|key| index.idle.get(&key).cloned()).collect()
         })
     }
 
