@@ -124,6 +124,8 @@ struct Snapshot {
     /// The pod `spec.sourcePod` names.
     source: Option<Arc<Pod>>,
     read: Read,
+    /// Whether this reconcile listed HAKeeper's stores itself.
+    stores_listed: bool,
 }
 
 enum Next {
@@ -134,6 +136,7 @@ enum Next {
 pub async fn reconcile<R: StoreRegistry + 'static>(claim: Arc<CNClaim>, ctx: Arc<Context<R>>) -> Result<Action, Error> {
     let claim = ctx.claim_writes.freshest(claim);
     let key = key_of(claim.as_ref());
+    ctx.wake.reconciling(Kind::Claim, &key.0, &key.1);
     let uid = claim.uid().unwrap_or_default();
     let mut snap = Snapshot {
         owned: ctx.pods.owned_by(&uid),
@@ -141,6 +144,7 @@ pub async fn reconcile<R: StoreRegistry + 'static>(claim: Arc<CNClaim>, ctx: Arc
         pointed: None,
         source: None,
         read: Read::Cached,
+        stores_listed: false,
     };
     for _ in 0..MAX_STEPS {
         if let Next::Done(action) = step(&ctx, &mut snap, &key).await? {
@@ -368,18 +372,13 @@ async fn step<R: StoreRegistry>(ctx: &Context<R>, snap: &mut Snapshot, key: &Key
                 // Already live: a second confirmation would loop.
                 return Ok(Next::Done(Action::requeue(ctx.backoff(Kind::Claim, key))));
             }
-            // The store listing is a cache too: a store that another replica
-            // registered after this process last listed looks missing.
-            if step == ClaimStep::ConfirmLost(LossReason::StoreMissing) {
-                crate::store::refresh_stores(ctx).await?;
-            }
             Ok(if snap.read_live(ctx).await? { Next::Again } else { Next::Done(Action::await_change()) })
         }
         ClaimStep::Finalize { release } => {
             for pod in &release {
                 let Some(raw) = raw(&read_pods, pod.pod) else { continue };
                 if !release_pod(ctx, &raw, &view, *pod).await? {
-                    return Ok(Next::Done(Action::requeue(ctx.backoff(Kind::Claim, key))));
+                    return Ok(changed_since_read(ctx, &snap.claim));
                 }
             }
             let mut updated = snap.claim.clone();
@@ -396,9 +395,7 @@ async fn step<R: StoreRegistry>(ctx: &Context<R>, snap: &mut Snapshot, key: &Key
                 let Some(raw) = raw(&read_pods, pod.pod) else { continue };
                 match ownership::transition(&ctx.client, &raw, release_transition(&view, *pod), ctx.now()).await? {
                     Outcome::Applied(written) => snap.put_pod(*written),
-                    Outcome::Stale | Outcome::NotApplicable => {
-                        return Ok(Next::Done(Action::requeue(ctx.backoff(Kind::Claim, key))));
-                    }
+                    Outcome::Stale | Outcome::NotApplicable => return Ok(changed_since_read(ctx, &snap.claim)),
                 }
             }
             Ok(Next::Again)
@@ -432,9 +429,7 @@ async fn step<R: StoreRegistry>(ctx: &Context<R>, snap: &mut Snapshot, key: &Key
                     snap.put_pod(*written);
                     Ok(Next::Again)
                 }
-                Outcome::Stale | Outcome::NotApplicable => {
-                    Ok(Next::Done(Action::requeue(ctx.backoff(Kind::Claim, key))))
-                }
+                Outcome::Stale | Outcome::NotApplicable => Ok(changed_since_read(ctx, &snap.claim)),
             }
         }
         ClaimStep::ReportUnavailable(why) => {
@@ -490,12 +485,21 @@ async fn step<R: StoreRegistry>(ctx: &Context<R>, snap: &mut Snapshot, key: &Key
                     snap.put_pod(*written);
                     Ok(Next::Again)
                 }
-                Outcome::Stale | Outcome::NotApplicable => {
-                    Ok(Next::Done(Action::requeue(ctx.backoff(Kind::Claim, key))))
-                }
+                Outcome::Stale | Outcome::NotApplicable => Ok(changed_since_read(ctx, &snap.claim)),
             }
         }
         ClaimStep::MarkLost { reason, release } => {
+            // The store listing is a cache too: a store that another replica
+            // registered after this process last listed looks missing, and a
+            // live read reached for another reason (recording a new pod) does
+            // not list it again. So a loss for a missing store is written only
+            // on a listing this reconcile read; else the claim took a pod just
+            // registered, lost it at once, and the pod was retired, in a loop.
+            if reason == LossReason::StoreMissing && !snap.stores_listed {
+                crate::store::refresh_stores(ctx).await?;
+                snap.stores_listed = true;
+                return Ok(Next::Again);
+            }
             if !mark_lost(ctx, snap, &view, reason).await? {
                 // The claim changed since the live read: decide again.
                 return Ok(changed_since_read(ctx, &snap.claim));
@@ -589,9 +593,7 @@ async fn step<R: StoreRegistry>(ctx: &Context<R>, snap: &mut Snapshot, key: &Key
                     Ok(Next::Again)
                 }
                 // Changed or gone since read: decide again on a fresh read.
-                Outcome::Stale | Outcome::NotApplicable => {
-                    Ok(Next::Done(Action::requeue(ctx.backoff(Kind::Claim, key))))
-                }
+                Outcome::Stale | Outcome::NotApplicable => Ok(changed_since_read(ctx, &snap.claim)),
             }
         }
         ClaimStep::ReportDrain(workload) => {
@@ -636,8 +638,7 @@ async fn release_pod<R>(ctx: &Context<R>, pod: &Pod, view: &ClaimView, release: 
 /// brings the newer version and wakes the claim, so the timer is only the
 /// fallback, and it grows while the caches keep lagging.
 fn changed_since_read<R>(ctx: &Context<R>, claim: &CNClaim) -> Next {
-    let key = (claim.namespace().unwrap_or_default(), claim.name_any());
-    Next::Done(Action::requeue(ctx.backoff(Kind::Claim, &key)))
+    Next::Done(Action::requeue(ctx.refused(Kind::Claim, &key_of(claim))))
 }
 
 fn remember_written<R>(ctx: &Context<R>, read: &CNClaim, written: CNClaim) -> CNClaim {

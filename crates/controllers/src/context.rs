@@ -125,6 +125,7 @@ pub enum Kind {
 enum Series {
     Failure,
     Wait,
+    Refused,
 }
 
 pub struct Context<R> {
@@ -299,8 +300,8 @@ impl<R> Context<R> {
         }
     }
 
-    /// The next delay after a failure of `key` (an error, a refused write);
-    /// [`Self::settled`] resets it.
+    /// The next delay after a failure of `key` (an error, a write refused
+    /// for a reason no watch event follows); [`Self::settled`] resets it.
     pub fn backoff(&self, kind: Kind, key: &Key) -> Duration {
         self.next_delay(kind, key, Series::Failure)
     }
@@ -311,13 +312,26 @@ impl<R> Context<R> {
         self.next_delay(kind, key, Series::Wait)
     }
 
+    /// The next delay after a write of `key` was refused because what it
+    /// was decided from changed since it was read: the watch brings the newer
+    /// version and wakes the object, so this is only the net for a refusal
+    /// that no change follows (a server's own 409); [`Self::settled`] resets
+    /// it. Retried at the failure pace instead, an object read from a lagging
+    /// cache was refused again at 200 ms, 400 ms, 800 ms, … until the watch
+    /// caught up: most of a minute's reconciles where two replicas contend.
+    pub fn refused(&self, kind: Kind, key: &Key) -> Duration {
+        self.next_delay(kind, key, Series::Refused)
+    }
+
     /// Doubling up to `requeue_max`, without jitter: failures from
     /// `requeue_min`, waits from `registry_poll` (what they wait for wakes
-    /// the object when it comes, and HAKeeper shows it no sooner).
+    /// the object when it comes, and HAKeeper shows it no sooner), refusals
+    /// from `wake_interval` (a watch event wakes the object no sooner).
     fn next_delay(&self, kind: Kind, key: &Key, series: Series) -> Duration {
         let first = match series {
             Series::Failure => self.config.requeue_min,
             Series::Wait => self.config.registry_poll,
+            Series::Refused => self.config.wake_interval,
         };
         let mut counters = lock(&self.backoff);
         let attempts = counters.entry((kind, key.clone(), series)).or_insert(0);
@@ -329,7 +343,7 @@ impl<R> Context<R> {
     /// Forgets `key`'s delays: it made progress.
     pub fn settled(&self, kind: Kind, key: &Key) {
         let mut counters = lock(&self.backoff);
-        for series in [Series::Failure, Series::Wait] {
+        for series in [Series::Failure, Series::Wait, Series::Refused] {
             counters.remove(&(kind, key.clone(), series));
         }
     }
@@ -371,7 +385,6 @@ impl<R> Context<R> {
         lock(&self.claims_acquired_lately).get(claim_uid).is_some_and(|at| at.elapsed() < ACQUIRED_LATELY)
     }
 
-    /// What is known of the store `uuid`, for a claim decision.
     /// The requeue after a status or condition write refused as stale. The
     /// change that made it stale wakes the object through its watch; this is
     /// only the net for a refusal that changed nothing. It is not shorter

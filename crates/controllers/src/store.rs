@@ -63,6 +63,7 @@ pub async fn refresh_stores<R: StoreRegistry>(ctx: &Context<R>) -> Result<(), Re
 
 pub async fn reconcile<R: StoreRegistry + 'static>(pod: Arc<Pod>, ctx: Arc<Context<R>>) -> Result<Action, Error> {
     let key = key_of(pod.as_ref());
+    ctx.wake.reconciling(Kind::Pod, &key.0, &key.1);
     let view = read_pod(&ctx, &pod)?;
     let Some(uuid) = view.store_uuid.clone() else {
         return Ok(Action::await_change());
@@ -117,10 +118,9 @@ pub async fn reconcile<R: StoreRegistry + 'static>(pod: Arc<Pod>, ctx: Arc<Conte
                 ctx.settled(Kind::Pod, &key);
                 return Ok(after_own_write(&ctx));
             }
-            Outcome::Stale | Outcome::NotApplicable => return Ok(Action::requeue(ctx.backoff(Kind::Pod, &key))),
+            Outcome::Stale | Outcome::NotApplicable => return Ok(Action::requeue(ctx.refused(Kind::Pod, &key))),
         }
     }
-    ctx.settled(Kind::Pod, &key);
     let next = match view.phase {
         Some(PodPhase::Draining) => {
             drain_recheck(&view, ctx.now(), &pool, ctx.config.drain_poll, ctx.config.drain_poll_max)
@@ -128,7 +128,15 @@ pub async fn reconcile<R: StoreRegistry + 'static>(pod: Arc<Pod>, ctx: Arc<Conte
         Some(PodPhase::Bound) => ctx.config.stats_interval,
         _ => ctx.config.resync,
     };
-    Ok(Action::requeue(if condition_written { next } else { next.min(ctx.after_stale_refusal()) }))
+    if !condition_written {
+        // The condition says since when the store is missing, and that must
+        // outlive this process: a claim's patience is counted from it after a
+        // restart. Waiting out `next` (30 s for a bound pod) let a crash
+        // restart the count and keep a claim Bound to a lost store past I2.
+        return Ok(Action::requeue(next.min(ctx.refused(Kind::Pod, &key))));
+    }
+    ctx.settled(Kind::Pod, &key);
+    Ok(Action::requeue(next))
 }
 
 pub fn error_policy<R>(pod: Arc<Pod>, error: &Error, ctx: Arc<Context<R>>) -> Action {

@@ -15,7 +15,7 @@ use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
 
 use crate::cache::{Change, controlling_set, key_of};
-use crate::context::Context;
+use crate::context::{Context, Kind};
 
 /// The receiving ends, taken once by [`crate::run`].
 pub struct Triggers {
@@ -81,6 +81,17 @@ impl Wakers {
     pub fn pod(&self, namespace: &str, name: &str) {
         self.pods.wake(namespace, name);
     }
+
+    /// A reconcile of `namespace/name` starts: it reads the caches as they
+    /// are now, so a wake held back for changes they already hold is spent.
+    pub fn reconciling(&self, kind: Kind, namespace: &str, name: &str) {
+        match kind {
+            Kind::Claim => self.claims.reconciling(namespace, name),
+            Kind::Pool => self.pools.reconciling(namespace, name),
+            Kind::ClaimSet => self.claim_sets.reconciling(namespace, name),
+            Kind::Pod => self.pods.reconciling(namespace, name),
+        }
+    }
 }
 
 /// Wakes of one kind, each object at most once per interval: a wake that
@@ -88,8 +99,10 @@ impl Wakers {
 /// further wakes meanwhile join it. A burst of changes (every pod of a
 /// scale-out passes several phases; two operator replicas answer each
 /// other's writes) then costs an object one reconcile per interval instead
-/// of one per change, and that reconcile sees all of them. Nothing is
-/// dropped, only delayed; a controller's own requeues are not held back.
+/// of one per change, and that reconcile sees all of them. A held wake is
+/// dropped only when a reconcile of the object (a requeue's) starts after
+/// the last change it carries: that reconcile saw them all. A controller's
+/// own requeues are not held back.
 struct Throttled<K: kube::Resource<DynamicType = ()>> {
     sender: UnboundedSender<ObjectRef<K>>,
     interval: Duration,
@@ -100,6 +113,8 @@ struct Throttled<K: kube::Resource<DynamicType = ()>> {
 struct WakeTimes {
     by_object: BTreeMap<(String, String), LastWake>,
     since_pruned: usize,
+    /// Orders wakes and reconcile starts (virtual time has many at once).
+    sequence: u64,
 }
 
 /// When an object was last woken, and whether a wake is held back for later.
@@ -107,6 +122,10 @@ struct WakeTimes {
 struct LastWake {
     at: tokio::time::Instant,
     held: bool,
+    /// For a held wake: the order of the last change it carries, and of the
+    /// last reconcile start since it was held.
+    changed: u64,
+    reconciled: u64,
 }
 
 /// Wakes between two sweeps of the objects not woken within the interval.
@@ -128,11 +147,16 @@ impl<K: kube::Resource<DynamicType = ()> + 'static> Throttled<K> {
             wakes.by_object.retain(|_, last| last.held || now < last.at + interval);
             wakes.since_pruned = 0;
         }
-        let due = match wakes.by_object.get(&key) {
-            Some(last) if last.held => return,
+        wakes.sequence += 1;
+        let changed = wakes.sequence;
+        let due = match wakes.by_object.get_mut(&key) {
+            Some(last) if last.held => {
+                last.changed = changed;
+                return;
+            }
             Some(last) if now < last.at + self.interval => last.at + self.interval,
             _ => {
-                wakes.by_object.insert(key, LastWake { at: now, held: false });
+                wakes.by_object.insert(key, LastWake { at: now, held: false, changed, reconciled: 0 });
                 // A send fails only once the controllers stopped: nothing to wake then.
                 let _ = self.sender.unbounded_send(object);
                 return;
@@ -143,16 +167,30 @@ impl<K: kube::Resource<DynamicType = ()> + 'static> Throttled<K> {
             let _ = self.sender.unbounded_send(object);
             return;
         };
-        wakes.by_object.insert(key.clone(), LastWake { at: due, held: true });
+        wakes.by_object.insert(key.clone(), LastWake { at: due, held: true, changed, reconciled: 0 });
         let (wakes, sender) = (self.wakes.clone(), self.sender.clone());
         runtime.spawn(async move {
             tokio::time::sleep_until(due).await;
             let mut wakes = wakes.lock().unwrap_or_else(PoisonError::into_inner);
-            if let Some(last) = wakes.by_object.get_mut(&key) {
+            let seen = wakes.by_object.get_mut(&key).is_some_and(|last| {
                 last.held = false;
+                last.reconciled > last.changed
+            });
+            if !seen {
+                let _ = sender.unbounded_send(object);
             }
-            let _ = sender.unbounded_send(object);
         });
+    }
+
+    fn reconciling(&self, namespace: &str, name: &str) {
+        let mut wakes = self.wakes.lock().unwrap_or_else(PoisonError::into_inner);
+        wakes.sequence += 1;
+        let started = wakes.sequence;
+        if let Some(last) = wakes.by_object.get_mut(&(namespace.to_owned(), name.to_owned()))
+            && last.held
+        {
+            last.reconciled = started;
+        }
     }
 }
 
@@ -430,7 +468,10 @@ pub fn claim_set_changed<R>(ctx: &Context<R>, (old, new): Change<'_, CNClaimSet>
 }
 
 /// HAKeeper's entry for `uuid` changed: wake its pod and the pod's claim,
-/// and the pool of an Idle pod (which retires one whose store is missing).
+/// and for an Idle pod its pool (which retires one whose store is missing)
+/// and the claims waiting for one (an Idle pod whose store this process had
+/// not listed yet was not offered to them; nothing else wakes them when it
+/// is, and a claim that has waited long sleeps for up to `requeue_max`).
 pub fn store_changed<R>(ctx: &Context<R>, uuid: &str) {
     for (namespace, name) in ctx.pods.with_store(uuid) {
         ctx.wake.pod(&namespace, &name);
@@ -439,9 +480,73 @@ pub fn store_changed<R>(ctx: &Context<R>, uuid: &str) {
             && let Some(pool) = label(&pod, labels::POOL_NAME)
         {
             ctx.wake.pool(&namespace, pool);
+            wake_waiting_claims(ctx, &namespace, pool);
         }
         if let Some(claim) = label(&pod, labels::CLAIM_UID).and_then(|uid| ctx.claims.by_uid(uid)) {
             ctx.wake.claim(&namespace, &claim.name_any());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::Pod;
+
+    use super::*;
+
+    const INTERVAL: Duration = Duration::from_secs(1);
+
+    /// Lets `tenths` tenths of a second of virtual time pass.
+    async fn pass(tenths: u64) {
+        tokio::time::sleep(Duration::from_millis(100 * tenths)).await;
+    }
+
+    /// How many wakes were sent since the last count.
+    fn count(receiver: &mut UnboundedReceiver<ObjectRef<Pod>>) -> usize {
+        std::iter::from_fn(|| receiver.try_next().ok().flatten()).count()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn wakes_within_the_interval_are_merged_into_one_at_its_end() {
+        let (sender, mut receiver) = unbounded();
+        let throttled = Throttled::new(sender, INTERVAL);
+        throttled.wake("ns", "pod-0");
+        assert_eq!(count(&mut receiver), 1, "the first wake comes at once");
+        pass(2).await;
+        throttled.wake("ns", "pod-0");
+        throttled.wake("ns", "pod-0");
+        pass(7).await;
+        assert_eq!(count(&mut receiver), 0, "held back until the interval ends");
+        pass(2).await;
+        assert_eq!(count(&mut receiver), 1, "the two held wakes come as one");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_held_wake_is_dropped_when_a_reconcile_starts_after_its_last_change() {
+        let (sender, mut receiver) = unbounded();
+        let throttled = Throttled::new(sender, INTERVAL);
+        throttled.wake("ns", "pod-0");
+        pass(2).await;
+        throttled.wake("ns", "pod-0");
+        pass(3).await;
+        throttled.reconciling("ns", "pod-0");
+        pass(20).await;
+        assert_eq!(count(&mut receiver), 1, "the held wake's change was read by the reconcile");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_held_wake_with_a_change_after_the_reconcile_started_still_comes() {
+        let (sender, mut receiver) = unbounded();
+        let throttled = Throttled::new(sender, INTERVAL);
+        throttled.wake("ns", "pod-0");
+        pass(2).await;
+        throttled.wake("ns", "pod-0");
+        throttled.reconciling("ns", "pod-0");
+        pass(3).await;
+        throttled.wake("ns", "pod-0");
+        // Another object's reconcile spends nothing of pod-0's.
+        throttled.reconciling("ns", "pod-1");
+        pass(20).await;
+        assert_eq!(count(&mut receiver), 2, "the change at 0.5 s came after the reconcile started");
     }
 }

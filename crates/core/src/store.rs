@@ -202,17 +202,20 @@ fn recycle(pod: &PodView, workload: Option<Workload>, now: Timestamp, pool: &Poo
     }
 }
 
-/// How long to wait before looking at a draining pod again: `poll` while
-/// the drain is young, then half its age — a drain that lasts is looked at
+/// How long to wait before looking at a draining pod again. While the pod
+/// rests (`min_delay` from its release) only a change its watch delivers (a
+/// failure, a deletion) can end the drain, so it is looked at when the rest
+/// ends; after that at half the drain's age — a drain that lasts is looked at
 /// ever less often, so that a slow drain costs a few reconciles a minute
-/// rather than one per `poll` — at most `max`, and no later than the moment
-/// its rest ends or its drain times out, when that comes sooner.
+/// rather than one per `poll`. Never sooner than `poll`, never later than
+/// `max`, and no later than its rest's end or its drain's timeout.
 pub fn drain_recheck(pod: &PodView, now: Timestamp, pool: &PoolView, poll: Duration, max: Duration) -> Duration {
     let Some(released) = pod.reclaimed_at else { return poll };
     let age = now.duration_since(released).unsigned_abs();
     let deadlines = [pool.min_delay, pool.drain_timeout].into_iter().filter_map(|after| after.checked_sub(age));
     let until_deadline = deadlines.filter(|left| !left.is_zero()).min().unwrap_or(Duration::MAX);
-    (age / 2).min(until_deadline).min(max).max(poll)
+    let paced = if age < pool.min_delay { Duration::MAX } else { age / 2 };
+    paced.min(until_deadline).min(max).max(poll)
 }
 
 #[cfg(test)]

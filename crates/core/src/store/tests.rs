@@ -203,8 +203,11 @@ fn a_long_drain_is_looked_at_a_few_times_a_minute() {
     }
     assert!(looks_by_minute[0] <= 10, "first minute: {looks_by_minute:?}");
     assert!(looks_by_minute[1..].iter().all(|looks| *looks <= 3), "later minutes: {looks_by_minute:?}");
-    // The rest's end (10 s) and the timeout (300 s) are looked at on time.
+    // The rest's end (10 s) and the timeout (300 s) are looked at on time,
+    // and nothing in between: a resting drain cannot end unless its watch
+    // says so.
     let rechecks = |from: u64| drain_recheck(&pod, at(NOW) + Duration::from_secs(from), &slow, POLL, POLL_MAX);
+    assert_eq!(rechecks(0), Duration::from_secs(10));
     assert_eq!(rechecks(7), Duration::from_secs(3));
     assert_eq!(rechecks(290), Duration::from_secs(10));
 }
