@@ -179,9 +179,7 @@ impl Episodes {
         now: Duration,
     ) -> Option<Violation> {
         let Some(detail) = bad else {
-            if let Some(held) = self.0.get_mut(&(invariant, subject)) {
-                held.remove(name);
-            }
+            self.end(invariant, subject, name);
             return None;
         };
         let held = self.0.entry((invariant, subject)).or_default();
@@ -195,6 +193,13 @@ impl Episodes {
         *reported = true;
         let detail = format!("{detail} for {}s (bound {}s)", (now - *since).as_secs(), bound.as_secs());
         Some(Violation { invariant, at_seconds: now.as_secs_f64(), detail })
+    }
+
+    /// Ends one episode of `name`: the next bad tick starts a new one.
+    fn end(&mut self, invariant: Invariant, subject: Subject, name: &str) {
+        if let Some(held) = self.0.get_mut(&(invariant, subject)) {
+            held.remove(name);
+        }
     }
 
     /// Ends the episodes of an object that is gone: one created later under
@@ -323,6 +328,10 @@ impl Checker {
                 let was_lost = self.claims.get(&key).is_some_and(|claim| claim.phase == "Lost");
                 if record.phase == "Lost" && !was_lost {
                     self.check_loss(&key, &record, &event.object, now);
+                    // I4 counts from a claim's creation or loss: a claim that
+                    // loses the pod it was about to be Bound to (deleted,
+                    // failed) waits for a new one, and a new pod start, anew.
+                    self.episodes.end(Invariant::I4, Subject::Claim, &key.1);
                 }
                 self.claims.insert(key.clone(), record);
                 self.check_bound_once(&key, now);
@@ -515,12 +524,16 @@ mod tests {
     use super::*;
 
     fn claim_event(event_type: EventType, uid: &str) -> Event {
+        claim_in_phase(event_type, uid, "Pending")
+    }
+
+    fn claim_in_phase(event_type: EventType, uid: &str, phase: &str) -> Event {
         Event {
             resource_version: 1,
             storage: StorageKey { group: "core.matrixorigin.io".into(), plural: "cnclaims".into() },
             event_type,
             old: None,
-            object: json!({"metadata": {"namespace": "default", "name": "tenant", "uid": uid}, "status": {"phase": "Pending"}}),
+            object: json!({"metadata": {"namespace": "default", "name": "tenant", "uid": uid}, "status": {"phase": phase}}),
         }
     }
 
@@ -562,5 +575,24 @@ mod tests {
             checker.tick(Duration::from_secs(second), &registry);
         }
         assert_eq!(i4(&checker), 0, "{:?}", checker.violations);
+    }
+
+    #[test]
+    fn a_claim_that_loses_its_pod_before_it_is_bound_waits_from_its_loss() {
+        let registry = MemoryRegistry::new();
+        let mut checker = checker();
+        checker.commit(&claim_event(EventType::Added, "a"), Duration::ZERO);
+        for second in 0..=20 {
+            checker.tick(Duration::from_secs(second), &registry);
+        }
+        checker.commit(&claim_in_phase(EventType::Modified, "a", "Lost"), Duration::from_secs(20));
+        for second in 20..=50 {
+            checker.tick(Duration::from_secs(second), &registry);
+        }
+        assert_eq!(i4(&checker), 0, "30 s after its loss: {:?}", checker.violations);
+        for second in 51..=52 {
+            checker.tick(Duration::from_secs(second), &registry);
+        }
+        assert_eq!(i4(&checker), 1, "past 30 s after its loss");
     }
 }
