@@ -503,7 +503,7 @@ mod tests {
 
     /// How many wakes were sent since the last count.
     fn count(receiver: &mut UnboundedReceiver<ObjectRef<Pod>>) -> usize {
-        std::iter::from_fn(|| receiver.try_next().ok().flatten()).count()
+        std::iter::from_fn(|| receiver.try_recv().ok()).count()
     }
 
     #[tokio::test(start_paused = true)]

@@ -78,6 +78,9 @@ pub struct Page<'a> {
 
 const WIDTH: f64 = 1200.0;
 const LEFT: f64 = 110.0;
+/// Room right of the time axis for half of its last label, which is
+/// centred on its gridline.
+const RIGHT: f64 = 20.0;
 const ROW: f64 = 14.0;
 const CHART: f64 = 70.0;
 const BUCKETS: usize = 240;
@@ -116,7 +119,7 @@ fn histogram(times: &[Duration], end: Duration) -> Vec<usize> {
 
 impl Page<'_> {
     fn x(&self, at: Duration) -> f64 {
-        LEFT + at.as_secs_f64() / self.end.as_secs_f64().max(1.0) * (WIDTH - LEFT - 10.0)
+        LEFT + at.as_secs_f64() / self.end.as_secs_f64().max(1.0) * (WIDTH - LEFT - RIGHT)
     }
 
     fn chart(&self, svg: &mut String, top: f64, title: &str, times: &[Duration], color: &str) {
@@ -129,7 +132,7 @@ impl Page<'_> {
             r#"<text x="4" y="{:.1}" class="small">max {most} per {per:.0}s</text>"#,
             top + CHART / 2.0 + 12.0
         );
-        let bar = (WIDTH - LEFT - 10.0) / BUCKETS as f64;
+        let bar = (WIDTH - LEFT - RIGHT) / BUCKETS as f64;
         for (index, count) in counts.iter().enumerate().filter(|(_, count)| **count > 0) {
             let height = *count as f64 / most as f64 * CHART;
             let _ = writeln!(
@@ -156,7 +159,12 @@ impl Page<'_> {
         for minute in (0..=minutes).step_by(step as usize) {
             let x = self.x(Duration::from_secs(minute * 60));
             let _ = writeln!(svg, r##"<line x1="{x:.1}" y1="20" x2="{x:.1}" y2="{height:.0}" stroke="#eee"/>"##);
-            let _ = writeln!(svg, r#"<text x="{x:.1}" y="14" class="small">{}:{:02}</text>"#, minute / 60, minute % 60);
+            let _ = writeln!(
+                svg,
+                r#"<text x="{x:.1}" y="14" class="small" text-anchor="middle">{}:{:02}</text>"#,
+                minute / 60,
+                minute % 60
+            );
         }
         for (row, (pod, segments)) in self.timeline.pods.iter().enumerate() {
             let y = 30.0 + row as f64 * ROW;
