@@ -423,7 +423,7 @@ async fn step<R: StoreRegistry>(ctx: &Context<R>, snap: &mut Snapshot, key: &Key
             match ownership::transition(&ctx.client, &raw, Transition::Acquire(&view), ctx.now()).await? {
                 Outcome::Applied(written) => {
                     ctx.note_acquired(&pod.uid);
-                    ctx.note_claim_acquired(&view.uid, true);
+                    ctx.note_claim_acquired(&view.uid, Some(&pod.uid));
                     // Progress: a failure from here on retries from the shortest delay.
                     ctx.settled(Kind::Claim, key);
                     snap.put_pod(*written);
@@ -439,8 +439,10 @@ async fn step<R: StoreRegistry>(ctx: &Context<R>, snap: &mut Snapshot, key: &Key
         }
         ClaimStep::Acquire { candidates } => {
             // The claim took a pod moments ago that its caches do not show
-            // yet: wait for them rather than take a second pod.
-            if ctx.claim_acquired_lately(&view.uid) {
+            // yet: wait for them rather than take a second pod. One they do
+            // show (a migration's source, bound just before) is no reason.
+            let unseen = |pod_uid: &String| !snap.owned.iter().any(|pod| pod.uid().as_ref() == Some(pod_uid));
+            if ctx.pod_acquired_lately(&view.uid).is_some_and(|pod_uid| unseen(&pod_uid)) {
                 return Ok(changed_since_read(ctx, &snap.claim));
             }
             let unreserved = candidates
@@ -451,7 +453,7 @@ async fn step<R: StoreRegistry>(ctx: &Context<R>, snap: &mut Snapshot, key: &Key
                 match ownership::transition(&ctx.client, &raw, Transition::Acquire(&view), ctx.now()).await? {
                     Outcome::Applied(written) => {
                         ctx.note_acquired(&pod.uid);
-                        ctx.note_claim_acquired(&view.uid, true);
+                        ctx.note_claim_acquired(&view.uid, Some(&pod.uid));
                         ctx.settled(Kind::Claim, key);
                         snap.put_pod(*written);
                         return Ok(Next::Again);
@@ -505,7 +507,7 @@ async fn step<R: StoreRegistry>(ctx: &Context<R>, snap: &mut Snapshot, key: &Key
                 return Ok(changed_since_read(ctx, &snap.claim));
             }
             // What it took is gone: a replacement may be taken at once.
-            ctx.note_claim_acquired(&view.uid, false);
+            ctx.note_claim_acquired(&view.uid, None);
             for pod in &release {
                 let Some(raw) = raw(&read_pods, pod.pod) else { continue };
                 if let Outcome::Applied(written) =

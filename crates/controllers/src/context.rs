@@ -152,9 +152,9 @@ pub struct Context<R> {
     /// Pods this process acquired lately: other claims skip them while the
     /// cache still shows them Idle.
     recently_acquired: Mutex<BTreeMap<String, Instant>>,
-    /// Claims that acquired a pod lately (by UID): until their caches show
-    /// it, they take no second one.
-    claims_acquired_lately: Mutex<BTreeMap<String, Instant>>,
+    /// Claims that acquired a pod lately (by UID), with the pod's UID and
+    /// when: until their caches show that pod, they take no other one.
+    claims_acquired_lately: Mutex<BTreeMap<String, (String, Instant)>>,
     /// Pods the pool controller created or deleted but the cache has not
     /// shown yet, per pool.
     pub(crate) expected: Expected,
@@ -371,18 +371,21 @@ impl<R> Context<R> {
         true
     }
 
-    /// The claim `claim_uid` acquired a pod (or, with `false`, let go of
-    /// what it held).
-    pub fn note_claim_acquired(&self, claim_uid: &str, acquired: bool) {
-        if acquired {
-            remember(&self.claims_acquired_lately, claim_uid, self.config.requeue_max);
-        } else {
-            lock(&self.claims_acquired_lately).remove(claim_uid);
-        }
+    /// The claim `claim_uid` acquired the pod `pod_uid` (or, with `None`,
+    /// let go of what it held).
+    pub fn note_claim_acquired(&self, claim_uid: &str, pod_uid: Option<&str>) {
+        let mut lately = lock(&self.claims_acquired_lately);
+        lately.retain(|_, (_, at)| at.elapsed() < self.config.requeue_max);
+        match pod_uid {
+            Some(pod_uid) => lately.insert(claim_uid.to_owned(), (pod_uid.to_owned(), Instant::now())),
+            None => lately.remove(claim_uid),
+        };
     }
 
-    pub fn claim_acquired_lately(&self, claim_uid: &str) -> bool {
-        lock(&self.claims_acquired_lately).get(claim_uid).is_some_and(|at| at.elapsed() < ACQUIRED_LATELY)
+    /// The pod the claim `claim_uid` acquired within [`ACQUIRED_LATELY`].
+    pub fn pod_acquired_lately(&self, claim_uid: &str) -> Option<String> {
+        let lately = lock(&self.claims_acquired_lately);
+        lately.get(claim_uid).filter(|(_, at)| at.elapsed() < ACQUIRED_LATELY).map(|(pod_uid, _)| pod_uid.clone())
     }
 
     /// The requeue after a status or condition write refused as stale. The

@@ -330,7 +330,7 @@ fn wake_waiting_claims<R>(ctx: &Context<R>, namespace: &str, pool: &str) {
         .filter(|claim| {
             // A claim that took a pod its cache does not show yet is not
             // waiting: a wake spent on it would leave a waiting one asleep.
-            claim.uid().is_some_and(|uid| ctx.pods.owned_by(&uid).is_empty() && !ctx.claim_acquired_lately(&uid))
+            claim.uid().is_some_and(|uid| ctx.pods.owned_by(&uid).is_empty() && ctx.pod_acquired_lately(&uid).is_none())
         })
         .take(idle);
     for claim in waiting {
