@@ -16,6 +16,8 @@ use cnpool_registry::memory::MemoryRegistry;
 use serde::Serialize;
 use serde_json::Value;
 
+use crate::ledger::Ledger;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 pub enum Invariant {
     I1,
@@ -99,6 +101,14 @@ pub struct Bounds {
 const BOUND_30S: Duration = Duration::from_secs(30);
 const BOUND_60S: Duration = Duration::from_secs(60);
 
+/// I5's bounds on one migration of a claim: reconciles, writes and log lines.
+const MIGRATION_RECONCILES: usize = 20;
+const MIGRATION_WRITES: usize = 10;
+const MIGRATION_LOG_LINES: usize = 10;
+/// How long after a migration's last write its cost is still counted: the
+/// claim's own watch event of that write reconciles it once more.
+const MIGRATION_TAIL: Duration = Duration::from_secs(5);
+
 #[derive(Clone, Debug, Default)]
 struct PodRecord {
     uid: String,
@@ -146,6 +156,35 @@ impl ClaimRecord {
 }
 
 type Key = (String, String);
+
+/// One migration of a claim (I5): from the commit that set its
+/// `spec.sourcePod` to the one that cleared it.
+#[derive(Clone, Debug)]
+struct Migration {
+    claim: Key,
+    uid: String,
+    /// How the pods' owner label names the claim.
+    owner: String,
+    source: String,
+    /// The source, every pod the spec named meanwhile and the one recorded.
+    pods: BTreeSet<String>,
+    started: Duration,
+    ended: Option<Duration>,
+    /// Its writes: commits of the claim after the one that started it (the
+    /// cause, not the cost, whoever wrote it), and of a pod's owner to or
+    /// from the claim.
+    writes: usize,
+    /// What the bound does not price happened meanwhile: a pod it names
+    /// went away or failed, the claim went Lost or was deleted.
+    disturbed: bool,
+}
+
+impl Migration {
+    /// The window its cost is counted in, once it has ended.
+    fn window(&self) -> Option<std::ops::Range<Duration>> {
+        Some(self.started..self.ended? + MIGRATION_TAIL)
+    }
+}
 
 /// What a bounded condition is about; with a name, one subject.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -274,6 +313,8 @@ pub struct Checker {
     episodes: Episodes,
     /// Stores of deleted pods, and when the pod went.
     removed_stores: BTreeMap<String, (Key, Duration)>,
+    /// Every migration started, in order.
+    migrations: Vec<Migration>,
     violations: Vec<Violation>,
 }
 
@@ -285,6 +326,7 @@ impl Checker {
             claims: BTreeMap::new(),
             episodes: Episodes::default(),
             removed_stores: BTreeMap::new(),
+            migrations: Vec::new(),
             violations: Vec::new(),
         }
     }
@@ -303,6 +345,7 @@ impl Checker {
         match event.storage.plural.as_str() {
             "pods" if event.event_type == EventType::Deleted => {
                 self.episodes.forget(&[Subject::Pod, Subject::PodStore], &key.1);
+                self.migrating_pod_changed(&key, None);
                 if let Some(pod) = self.pods.remove(&key)
                     && let Some(uuid) = pod.store_uuid
                 {
@@ -311,6 +354,7 @@ impl Checker {
             }
             "pods" => {
                 let record = pod_record(&event.object, self.bounds.owner_label);
+                self.migrating_pod_changed(&key, Some(&record));
                 self.pods.insert(key.clone(), record);
                 self.check_owners(&key, now);
                 let pods = self.pods.len();
@@ -321,6 +365,9 @@ impl Checker {
             }
             "cnclaims" if event.event_type == EventType::Deleted => {
                 self.episodes.forget(&[Subject::Claim, Subject::ClaimStore], &key.1);
+                if let Some(migration) = self.migration_of(&key) {
+                    migration.disturbed = true;
+                }
                 self.claims.remove(&key);
             }
             "cnclaims" => {
@@ -333,11 +380,115 @@ impl Checker {
                     // failed) waits for a new one, and a new pod start, anew.
                     self.episodes.end(Invariant::I4, Subject::Claim, &key.1);
                 }
+                self.follow_migration(&key, &record, now);
                 self.claims.insert(key.clone(), record);
                 self.check_bound_once(&key, now);
             }
             _ => {}
         }
+    }
+
+    /// The migration of `claim` under way, if any.
+    fn migration_of(&mut self, claim: &Key) -> Option<&mut Migration> {
+        self.migrations.iter_mut().rev().find(|migration| &migration.claim == claim && migration.ended.is_none())
+    }
+
+    /// Starts, follows and ends a claim's migration on a commit of the
+    /// claim (`record`, before it replaces the last one).
+    fn follow_migration(&mut self, key: &Key, record: &ClaimRecord, now: Duration) {
+        let counted = self.migrations.iter_mut().filter(|migration| {
+            &migration.claim == key && migration.ended.is_none_or(|ended| now <= ended + MIGRATION_TAIL)
+        });
+        for migration in counted {
+            migration.writes += 1;
+        }
+        let was_migrating = self.claims.get(key).is_some_and(|claim| claim.source_pod.is_some());
+        let owner = self.bounds.owner_label.names(&key.1, record).to_owned();
+        match (&record.source_pod, self.migration_of(key)) {
+            (Some(source), None) if !was_migrating => self.migrations.push(Migration {
+                claim: key.clone(),
+                uid: record.uid.clone(),
+                owner,
+                source: source.clone(),
+                pods: BTreeSet::from([source.clone()]),
+                started: now,
+                ended: None,
+                writes: 0,
+                disturbed: false,
+            }),
+            (source, Some(migration)) => {
+                // Another source: a second migration over the first.
+                migration.disturbed |= source.as_ref().is_some_and(|source| *source != migration.source)
+                    || record.phase == "Lost"
+                    || record.deleting;
+                migration.pods.extend(record.pods_pointed_at().map(str::to_owned));
+                migration.pods.extend(record.recorded_pod.clone());
+                if source.is_none() {
+                    migration.ended = Some(now);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Counts a pod's change of owner to or from a migrating claim, and
+    /// notes a pod a migration names going away (`record` `None`) or failing.
+    fn migrating_pod_changed(&mut self, key: &Key, record: Option<&PodRecord>) {
+        let before = self.pods.get(key).and_then(|pod| pod.owner.clone());
+        let after = record.and_then(|pod| pod.owner.clone());
+        let gone = record.is_none_or(|pod| pod.deleting || pod.failed);
+        for migration in self.migrations.iter_mut().filter(|migration| migration.ended.is_none()) {
+            if migration.claim.0 != key.0 {
+                continue;
+            }
+            let owner = Some(&migration.owner);
+            if before != after && (before.as_ref() == owner || after.as_ref() == owner) {
+                migration.writes += 1;
+            }
+            migration.disturbed |= gone && migration.pods.contains(&key.1);
+        }
+    }
+
+    /// I5 on every migration that ended undisturbed and that no injected
+    /// fault reached (a crash, a refused write, a slow drain legitimately
+    /// add work): its claim's reconciles, writes and log lines within its
+    /// bound. Reconciles are counted per replica, as the per-minute bound
+    /// is: each of a split brain's does its own. Returns how many
+    /// migrations were judged.
+    pub fn check_migrations(&mut self, ledger: &Ledger, now: Duration) -> usize {
+        let mut judged = 0;
+        let mut violations = Vec::new();
+        for (index, migration) in self.migrations.iter().enumerate() {
+            let Some(window) = migration.window().filter(|window| window.end <= now && !migration.disturbed) else {
+                continue;
+            };
+            // The next migration of the claim would be counted with it.
+            let followed = self.migrations[index + 1..]
+                .iter()
+                .any(|next| next.claim == migration.claim && next.started < window.end);
+            let (namespace, name) = &migration.claim;
+            let mut reachable = migration.pods.clone();
+            reachable.insert(name.clone());
+            if followed || ledger.fault_reached(&reachable, &window) {
+                continue;
+            }
+            judged += 1;
+            let reconciles = ledger.reconciles_of("CNClaim", namespace, name, &migration.uid, &window);
+            let writes = migration.writes;
+            let lines = ledger.log_lines_within(window.clone(), Some(name));
+            if reconciles > MIGRATION_RECONCILES || writes > MIGRATION_WRITES || lines > MIGRATION_LOG_LINES {
+                let pods: Vec<&str> = migration.pods.iter().map(String::as_str).collect();
+                let detail = format!(
+                    "migration of claim {name} (pods {}) over {:.0}s cost {reconciles} reconciles, {writes} writes, \
+                     {lines} log lines (bounds {MIGRATION_RECONCILES}, {MIGRATION_WRITES}, {MIGRATION_LOG_LINES})",
+                    pods.join(", "),
+                    (window.end - window.start - MIGRATION_TAIL).as_secs_f64()
+                );
+                violations.push(Violation { invariant: Invariant::I5, at_seconds: window.start.as_secs_f64(), detail });
+            }
+        }
+        self.violations.extend(violations);
+        judged
     }
 
     /// I1 on a pod: its `claim-uid` and `claimed-by` name one claim.
@@ -404,7 +555,7 @@ impl Checker {
     /// The bounded invariants, once per virtual second.
     pub fn tick(&mut self, now: Duration, registry: &MemoryRegistry) {
         // Borrowed apart: the records are read while the episodes change.
-        let Self { bounds, pods, claims, episodes, removed_stores, violations } = self;
+        let Self { bounds, pods, claims, episodes, removed_stores, violations, .. } = self;
         let mut track = |invariant, subject, name: &str, bad: Option<String>, bound| {
             if let Some(violation) = episodes.track(invariant, subject, name, bad, bound, now) {
                 violations.push(violation);
@@ -522,18 +673,26 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::ledger::{Fault, Reach};
 
     fn claim_event(event_type: EventType, uid: &str) -> Event {
         claim_in_phase(event_type, uid, "Pending")
     }
 
     fn claim_in_phase(event_type: EventType, uid: &str, phase: &str) -> Event {
+        let object =
+            json!({"metadata": {"namespace": "default", "name": "tenant", "uid": uid}, "status": {"phase": phase}});
+        committed("cnclaims", event_type, object)
+    }
+
+    fn committed(plural: &str, event_type: EventType, object: Value) -> Event {
+        let group = if plural == "pods" { "" } else { "core.matrixorigin.io" };
         Event {
             resource_version: 1,
-            storage: StorageKey { group: "core.matrixorigin.io".into(), plural: "cnclaims".into() },
+            storage: StorageKey { group: group.into(), plural: plural.into() },
             event_type,
             old: None,
-            object: json!({"metadata": {"namespace": "default", "name": "tenant", "uid": uid}, "status": {"phase": phase}}),
+            object,
         }
     }
 
@@ -594,5 +753,78 @@ mod tests {
             checker.tick(Duration::from_secs(second), &registry);
         }
         assert_eq!(i4(&checker), 1, "past 30 s after its loss");
+    }
+
+    /// The claim "tenant" (UID "t") Bound to `pod`, migrating from `source`.
+    fn tenant(pod: &str, source: Option<&str>) -> Event {
+        let spec = json!({"podName": pod, "sourcePod": source.map(|source| json!({"podName": source}))});
+        let object = json!({
+            "metadata": {"namespace": "default", "name": "tenant", "uid": "t"},
+            "spec": spec,
+            "status": {"phase": "Bound", "store": {"podName": pod}},
+        });
+        committed("cnclaims", EventType::Modified, object)
+    }
+
+    fn pod(name: &str, owner: Option<&str>) -> Event {
+        let labels = json!({ labels::CLAIM_UID: owner, labels::PHASE: if owner.is_some() { "Bound" } else { "Idle" } });
+        let object = json!({"metadata": {"namespace": "default", "name": name, "uid": name, "labels": labels}});
+        committed("pods", EventType::Modified, object)
+    }
+
+    /// Migrates "tenant" from pod a to pod b over 60 virtual seconds, with
+    /// `reconciles` of the claim by each of `replicas` and `fault_on` hit by
+    /// a fault meanwhile; returns how many migrations were judged and the
+    /// I5 violations.
+    async fn migrate_a_to_b(replicas: usize, reconciles: usize, fault_on: Option<&str>) -> (usize, Vec<Violation>) {
+        let ledger = Ledger::new(false);
+        let mut checker = checker();
+        let at = |ledger: &Ledger| ledger.elapsed();
+        for event in
+            [pod("a", Some("t")), pod("b", None), tenant("a", None), tenant("b", Some("a")), pod("b", Some("t"))]
+        {
+            checker.commit(&event, at(&ledger));
+        }
+        if let Some(name) = fault_on {
+            let reach = Reach::Object { name: name.to_owned(), lasting: Duration::ZERO };
+            ledger.fault(Fault::PodCrash, reach, format_args!("pod {name}"));
+        }
+        for _ in 0..reconciles {
+            for replica in 0..replicas {
+                ledger.reconciled(&format!("operator-{replica}"), "CNClaim", "default", "tenant", "t");
+            }
+            tokio::time::advance(Duration::from_secs(1)).await;
+        }
+        tokio::time::advance(Duration::from_secs(60)).await;
+        for event in [pod("a", None), tenant("b", None)] {
+            checker.commit(&event, at(&ledger));
+        }
+        tokio::time::advance(MIGRATION_TAIL).await;
+        let judged = checker.check_migrations(&ledger, at(&ledger));
+        (judged, checker.violations.iter().filter(|violation| violation.invariant == Invariant::I5).cloned().collect())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_migration_that_reconciles_its_claim_more_than_20_times_breaks_quiet() {
+        let (judged, violations) = migrate_a_to_b(1, 21, None).await;
+        assert_eq!(judged, 1);
+        assert_eq!(violations.len(), 1, "{violations:?}");
+        assert!(violations[0].detail.contains("21 reconciles, 3 writes"), "{}", violations[0].detail);
+        let (_, violations) = migrate_a_to_b(1, 20, None).await;
+        assert!(violations.is_empty(), "20 reconciles are within the bound: {violations:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_split_brain_prices_each_replica_on_its_own() {
+        let (judged, violations) = migrate_a_to_b(2, 15, None).await;
+        assert_eq!((judged, violations.len()), (1, 0), "15 reconciles by each of two replicas: {violations:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_migration_a_fault_reached_is_not_priced() {
+        let (judged, violations) = migrate_a_to_b(1, 21, Some("a")).await;
+        assert_eq!((judged, violations.len()), (0, 0), "a fault on its source: {violations:?}");
+        let (judged, violations) = migrate_a_to_b(1, 21, Some("c")).await;
+        assert_eq!((judged, violations.len()), (1, 1), "a fault on a pod it does not name leaves it priced");
     }
 }

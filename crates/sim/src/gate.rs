@@ -17,7 +17,7 @@ use http::{Method, Request, Response, StatusCode};
 use tokio::time::Instant;
 use tower::ServiceExt;
 
-use crate::ledger::{Actor, Fault, Ledger};
+use crate::ledger::{Actor, Fault, Ledger, Reach};
 use crate::scenario::FaultRates;
 
 /// How long a timed-out request hangs before the client gives up.
@@ -149,7 +149,7 @@ impl tower::Service<Request<kube::client::Body>> for Gate {
                     Ok(response)
                 }
                 Verdict::Refuse(fault) => {
-                    ledger.fault(fault, format_args!("operator-{replica} {method} {path}"));
+                    ledger.fault(fault, Reach::of_request(&path), format_args!("operator-{replica} {method} {path}"));
                     Ok(match fault {
                         Fault::Conflict => {
                             ledger.operator_conflict();
@@ -166,6 +166,7 @@ impl tower::Service<Request<kube::client::Body>> for Gate {
                     let response = router.oneshot(request).await?;
                     ledger.fault(
                         Fault::TimeoutApplied,
+                        Reach::of_request(&path),
                         format_args!("operator-{replica} {method} {path} -> {}", response.status().as_u16()),
                     );
                     tokio::time::sleep(TIMEOUT).await;
@@ -224,7 +225,11 @@ fn lagging_watch(
         Duration::from_secs_f64(-uniform.ln() * 60.0 / rates.dropped_watches_per_minute)
     });
     if !lag.is_zero() {
-        ledger.fault(Fault::WatchLag, format_args!("operator-{replica} {path} lag {}ms", lag.as_millis()));
+        ledger.fault(
+            Fault::WatchLag,
+            Reach::Ambient,
+            format_args!("operator-{replica} {path} lag {}ms", lag.as_millis()),
+        );
     }
     let (parts, body) = response.into_parts();
     let (sender, receiver) = futures::channel::mpsc::unbounded::<(Instant, Bytes)>();
@@ -257,7 +262,7 @@ fn lagging_watch(
                     if !faults.is_on() {
                         return Some((Ok(Bytes::new()), Some((receiver, None))));
                     }
-                    ledger.fault(Fault::DroppedWatch, format_args!("operator-{replica} {path}"));
+                    ledger.fault(Fault::DroppedWatch, Reach::All { lasting: Duration::ZERO }, format_args!("operator-{replica} {path}"));
                     Some((Ok::<_, Infallible>(Bytes::from_static(GONE.as_bytes())), None))
                 }
                 next = receiver.next() => {

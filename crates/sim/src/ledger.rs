@@ -2,9 +2,10 @@
 //! in order, with virtual timestamps), the faults by kind, the API traffic
 //! and the reconciles. Shared by every part of the run.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::hash::Hasher;
+use std::ops::Range;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -69,6 +70,44 @@ impl Fault {
     }
 }
 
+/// What an injected fault may have made dearer, and for how long: a
+/// migration's cost (I5) is judged only where no fault reached it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Reach {
+    /// Every object alike, all the time (a watch's lag): the bounds hold
+    /// under it.
+    Ambient,
+    /// Every object (a crash relists all, a listing refused stalls all).
+    All { lasting: Duration },
+    /// The object of this name (a pod, a claim).
+    Object { name: String, lasting: Duration },
+}
+
+impl Reach {
+    /// A refused or lost API request: the object its path names, or every
+    /// object for a request on a collection.
+    pub fn of_request(path: &str) -> Reach {
+        match object_of_path(path) {
+            Some((_, name)) => Reach::Object { name: name.to_owned(), lasting: Duration::ZERO },
+            None => Reach::All { lasting: Duration::ZERO },
+        }
+    }
+}
+
+/// The (resource, name) a namespaced request's path names
+/// (`…/namespaces/NS/RESOURCE/NAME[/SUBRESOURCE]`); `None` for a collection.
+fn object_of_path(path: &str) -> Option<(&str, &str)> {
+    let mut segments = path.split('/').skip_while(|segment| *segment != "namespaces").skip(2);
+    Some((segments.next()?, segments.next()?))
+}
+
+/// One injected fault's reach, from when.
+#[derive(Clone, Debug)]
+struct Reached {
+    at: Duration,
+    reach: Reach,
+}
+
 /// Who sent an API request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Actor {
@@ -127,6 +166,8 @@ struct State {
     api: ApiCounts,
     /// When each operator write (Events excluded) happened.
     write_times: Vec<Duration>,
+    /// What each injected fault reached, in order.
+    reached: Vec<Reached>,
     reconciles: u64,
     /// Reconcile times by object ("kind namespace/name by replica") and
     /// UID: a pod replaced under its name is another object.
@@ -193,9 +234,16 @@ impl Ledger {
         }
     }
 
-    /// Counts an injected fault and traces it.
-    pub fn fault(&self, fault: Fault, detail: std::fmt::Arguments<'_>) {
-        *self.state().faults.entry(fault).or_default() += 1;
+    /// Counts an injected fault, notes what it reached and traces it.
+    pub fn fault(&self, fault: Fault, reach: Reach, detail: std::fmt::Arguments<'_>) {
+        let at = self.elapsed();
+        {
+            let mut state = self.state();
+            *state.faults.entry(fault).or_default() += 1;
+            if reach != Reach::Ambient {
+                state.reached.push(Reached { at, reach });
+            }
+        }
         self.trace(format_args!("FAULT {} {detail}", fault.name()));
     }
 
@@ -291,6 +339,33 @@ impl Ledger {
             *counts.entry(object).or_default() += times.iter().filter(|at| window.contains(at)).count();
         }
         counts
+    }
+
+    /// Reconciles of one object (`kind`, `namespace`/`name`, `uid`) within
+    /// `window`, by the replica that reconciled it most: each replica of a
+    /// split brain does its own.
+    pub fn reconciles_of(&self, kind: &str, namespace: &str, name: &str, uid: &str, window: &Range<Duration>) -> usize {
+        let prefix = format!("{kind} {namespace}/{name} by ");
+        let state = self.state();
+        let by_replica = state
+            .reconciles_by_object
+            .iter()
+            .filter(|((object, object_uid), _)| object.starts_with(&prefix) && object_uid == uid)
+            .map(|(_, times)| times.iter().filter(|at| window.contains(at)).count());
+        by_replica.max().unwrap_or_default()
+    }
+
+    /// Whether an injected fault reached any of `objects` (by name), or
+    /// every object, while `window` lasted.
+    pub fn fault_reached(&self, objects: &BTreeSet<String>, window: &Range<Duration>) -> bool {
+        self.state().reached.iter().any(|Reached { at, reach }| {
+            let (lasting, reaches) = match reach {
+                Reach::Ambient => return false,
+                Reach::All { lasting } => (*lasting, true),
+                Reach::Object { name, lasting } => (*lasting, objects.contains(name)),
+            };
+            reaches && *at < window.end && *at + lasting >= window.start
+        })
     }
 
     /// Operator writes (Events excluded) at or after `since`.

@@ -28,7 +28,7 @@ use tracing_subscriber::layer::SubscriberExt;
 
 use crate::checker::{Bounds, Checker, OwnerLabel, Violation};
 use crate::gate::{self, FaultSwitch};
-use crate::ledger::{Actor, ApiCounts, Fault, Ledger};
+use crate::ledger::{Actor, ApiCounts, Fault, Ledger, Reach};
 use crate::report::Timeline;
 use crate::scenario::{Action, ClaimSetShape, Migrations, QUIET_WINDOW, Scenario, TemplateChange};
 use crate::{driver, legacy};
@@ -50,6 +50,9 @@ pub struct Outcome {
     pub reconciles: u64,
     /// Operator and world log lines at INFO or above.
     pub log_lines: u64,
+    /// Migrations whose cost I5 judged: those that ended undisturbed and
+    /// that no injected fault reached.
+    pub migrations_judged: u64,
     pub virtual_time: Duration,
     /// FNV-1a of the trace: equal for equal traces.
     pub trace_digest: u64,
@@ -419,11 +422,12 @@ async fn simulate(
     tokio::time::sleep(scenario.settle).await;
     let now = ledger.elapsed();
     let quiet_since = now.saturating_sub(QUIET_WINDOW.min(scenario.settle));
-    {
+    let migrations_judged = {
         let mut checker = lock(&checker);
         checker.tick(now, &registry);
         checker.settled(now, ledger.writes_since(quiet_since), ledger.busiest_minute());
-    }
+        checker.check_migrations(&ledger, now) as u64
+    };
     let _ = sim.end.send(true);
     let missed = lagged.load(Ordering::Relaxed);
     if missed > 0 {
@@ -437,6 +441,7 @@ async fn simulate(
         api: ledger.api(),
         reconciles: ledger.reconciles(),
         log_lines: ledger.log_lines(),
+        migrations_judged,
         virtual_time: now,
         trace_digest: ledger.digest(),
         trace: ledger.take_lines(),
@@ -749,7 +754,11 @@ async fn chaos(sim: Arc<Sim>, mut rng: fastrand::Rng, until: Duration) {
                 Fault::OperatorCrash => {
                     let running: Vec<usize> = lock(&sim.replicas).keys().copied().collect();
                     if let Some(slot) = pick(&mut rng, &running, 1).first() {
-                        sim.ledger.fault(fault, format_args!("operator-{slot}"));
+                        sim.ledger.fault(
+                            fault,
+                            Reach::All { lasting: Duration::ZERO },
+                            format_args!("operator-{slot}"),
+                        );
                         if let Some(crash) = lock(&sim.replicas).get(slot) {
                             let _ = crash.send(true);
                         }
@@ -757,7 +766,8 @@ async fn chaos(sim: Arc<Sim>, mut rng: fastrand::Rng, until: Duration) {
                 }
                 Fault::SecondReplica => {
                     let lifetime = Duration::from_secs(rng.u64(30..=600));
-                    sim.ledger.fault(fault, format_args!("operator-{extra_slot} for {}s", lifetime.as_secs()));
+                    let reach = Reach::All { lasting: lifetime };
+                    sim.ledger.fault(fault, reach, format_args!("operator-{extra_slot} for {}s", lifetime.as_secs()));
                     tokio::spawn(sim.clone().supervise(extra_slot, Some(lifetime)));
                     extra_slot += 1;
                 }
@@ -771,7 +781,8 @@ async fn chaos(sim: Arc<Sim>, mut rng: fastrand::Rng, until: Duration) {
                     ];
                     let call = calls[rng.usize(..calls.len())];
                     let count = rng.u32(1..=3);
-                    sim.ledger.fault(fault, format_args!("{} x{count}", call.call_name()));
+                    let reach = Reach::All { lasting: Duration::ZERO };
+                    sim.ledger.fault(fault, reach, format_args!("{} x{count}", call.call_name()));
                     let error = RegistryError::NoHaKeeper { detail: "injected".into() };
                     // Unused failures of an earlier fault expire: left queued,
                     // they would add up to one long outage at the next call.
@@ -795,7 +806,11 @@ async fn node_fault(sim: &Arc<Sim>, fault: Fault, rng: &mut fastrand::Rng) {
     let Some(pod) = pick(rng, &candidates, 1).into_iter().next() else { return };
     let pod_name = name(&pod);
     let api: Api<Pod> = Api::namespaced(sim.control.clone(), NAMESPACE);
-    sim.ledger.fault(fault, format_args!("pod {pod_name}"));
+    let store = cnpool_world::store_uuid(&pod);
+    // How long a slow drain holds the pod's sessions.
+    let hold = (fault == Fault::SlowDrain && store.is_some()).then(|| Duration::from_secs(rng.u64(10..=120)));
+    let reach = Reach::Object { name: pod_name.clone(), lasting: hold.unwrap_or_default() };
+    sim.ledger.fault(fault, reach, format_args!("pod {pod_name}"));
     match fault {
         Fault::PodCrash => {
             let _ = sim.world.crash(NAMESPACE, &pod_name).await;
@@ -807,13 +822,12 @@ async fn node_fault(sim: &Arc<Sim>, fault: Fault, rng: &mut fastrand::Rng) {
             let _ = api.delete(&pod_name, &DeleteParams::default().grace_period(0)).await;
         }
         Fault::StoreVanish => {
-            if let Some(uuid) = cnpool_world::store_uuid(&pod) {
+            if let Some(uuid) = store {
                 sim.world.vanish_store(&uuid);
             }
         }
         Fault::SlowDrain => {
-            if let Some(uuid) = cnpool_world::store_uuid(&pod) {
-                let hold = Duration::from_secs(rng.u64(10..=120));
+            if let (Some(uuid), Some(hold)) = (store, hold) {
                 sim.registry.set_workload(&uuid, Workload { sessions: 1, ..Workload::default() });
                 let registry = sim.registry.clone();
                 tokio::spawn(async move {

@@ -36,6 +36,8 @@ pub struct Summary {
     pub event_writes: u64,
     pub conflicts: u64,
     pub log_lines: u64,
+    /// Migrations whose cost I5 judged (see [`Outcome::migrations_judged`]).
+    pub migrations_judged: u64,
     pub virtual_seconds: f64,
     pub wall_seconds: f64,
     pub seeds_per_minute: f64,
@@ -57,6 +59,7 @@ impl Summary {
             event_writes: 0,
             conflicts: 0,
             log_lines: 0,
+            migrations_judged: 0,
             virtual_seconds: 0.0,
             wall_seconds: 0.0,
             seeds_per_minute: 0.0,
@@ -79,6 +82,7 @@ impl Summary {
         self.event_writes += outcome.api.event_writes;
         self.conflicts += outcome.api.conflicts;
         self.log_lines += outcome.log_lines;
+        self.migrations_judged += outcome.migrations_judged;
         self.virtual_seconds += outcome.virtual_time.as_secs_f64();
         if !outcome.violations.is_empty() {
             self.failing_seeds += 1;
@@ -128,6 +132,7 @@ impl Summary {
             "  Events     {:>10}    conflicts    {:>10}    log lines {:>7}",
             self.event_writes, self.conflicts, self.log_lines
         );
+        let _ = writeln!(out, "  migrations priced by I5 (no fault reached them) {:>8}", self.migrations_judged);
         let _ = writeln!(
             out,
             "  virtual {:.1} h, wall {:.1} s: {:.0} seeds/minute",
