@@ -501,6 +501,12 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(100 * tenths)).await;
     }
 
+    /// Wakes of pods throttled to `INTERVAL`, and where they arrive.
+    fn throttled() -> (Throttled<Pod>, UnboundedReceiver<ObjectRef<Pod>>) {
+        let (sender, receiver) = unbounded();
+        (Throttled::new(sender, INTERVAL), receiver)
+    }
+
     /// How many wakes were sent since the last count.
     fn count(receiver: &mut UnboundedReceiver<ObjectRef<Pod>>) -> usize {
         std::iter::from_fn(|| receiver.try_recv().ok()).count()
@@ -508,8 +514,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn wakes_within_the_interval_are_merged_into_one_at_its_end() {
-        let (sender, mut receiver) = unbounded();
-        let throttled = Throttled::new(sender, INTERVAL);
+        let (throttled, mut receiver) = throttled();
         throttled.wake("ns", "pod-0");
         assert_eq!(count(&mut receiver), 1, "the first wake comes at once");
         pass(2).await;
@@ -523,8 +528,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_held_wake_is_dropped_when_a_reconcile_starts_after_its_last_change() {
-        let (sender, mut receiver) = unbounded();
-        let throttled = Throttled::new(sender, INTERVAL);
+        let (throttled, mut receiver) = throttled();
         throttled.wake("ns", "pod-0");
         pass(2).await;
         throttled.wake("ns", "pod-0");
@@ -536,8 +540,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_held_wake_with_a_change_after_the_reconcile_started_still_comes() {
-        let (sender, mut receiver) = unbounded();
-        let throttled = Throttled::new(sender, INTERVAL);
+        let (throttled, mut receiver) = throttled();
         throttled.wake("ns", "pod-0");
         pass(2).await;
         throttled.wake("ns", "pod-0");

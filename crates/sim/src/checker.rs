@@ -367,6 +367,7 @@ impl Checker {
                 self.episodes.forget(&[Subject::Claim, Subject::ClaimStore], &key.1);
                 if let Some(migration) = self.migration_of(&key) {
                     migration.disturbed = true;
+                    migration.ended = Some(now);
                 }
                 self.claims.remove(&key);
             }
@@ -402,10 +403,9 @@ impl Checker {
         for migration in counted {
             migration.writes += 1;
         }
-        let was_migrating = self.claims.get(key).is_some_and(|claim| claim.source_pod.is_some());
         let owner = self.bounds.owner_label.names(&key.1, record).to_owned();
         match (&record.source_pod, self.migration_of(key)) {
-            (Some(source), None) if !was_migrating => self.migrations.push(Migration {
+            (Some(source), None) => self.migrations.push(Migration {
                 claim: key.clone(),
                 uid: record.uid.clone(),
                 owner,
@@ -707,51 +707,46 @@ mod tests {
         Checker::new(bounds)
     }
 
+    /// The checker's ticks at each of `seconds`.
+    fn tick_through(checker: &mut Checker, seconds: std::ops::RangeInclusive<u64>) {
+        let registry = MemoryRegistry::new();
+        for second in seconds {
+            checker.tick(Duration::from_secs(second), &registry);
+        }
+    }
+
     fn i4(checker: &Checker) -> usize {
         checker.violations.iter().filter(|violation| violation.invariant == Invariant::I4).count()
     }
 
     #[test]
     fn a_claim_waiting_past_the_bound_breaks_liveness() {
-        let registry = MemoryRegistry::new();
         let mut checker = checker();
         checker.commit(&claim_event(EventType::Added, "a"), Duration::ZERO);
-        for second in 0..=31 {
-            checker.tick(Duration::from_secs(second), &registry);
-        }
+        tick_through(&mut checker, 0..=31);
         assert_eq!(i4(&checker), 1);
     }
 
     #[test]
     fn a_claim_created_under_the_name_of_a_deleted_one_waits_from_its_own_creation() {
-        let registry = MemoryRegistry::new();
         let mut checker = checker();
         checker.commit(&claim_event(EventType::Added, "old"), Duration::ZERO);
-        checker.tick(Duration::from_secs(20), &registry);
+        tick_through(&mut checker, 20..=20);
         checker.commit(&claim_event(EventType::Deleted, "old"), Duration::from_secs(21));
         checker.commit(&claim_event(EventType::Added, "new"), Duration::from_secs(100));
-        for second in 100..=120 {
-            checker.tick(Duration::from_secs(second), &registry);
-        }
+        tick_through(&mut checker, 100..=120);
         assert_eq!(i4(&checker), 0, "{:?}", checker.violations);
     }
 
     #[test]
     fn a_claim_that_loses_its_pod_before_it_is_bound_waits_from_its_loss() {
-        let registry = MemoryRegistry::new();
         let mut checker = checker();
         checker.commit(&claim_event(EventType::Added, "a"), Duration::ZERO);
-        for second in 0..=20 {
-            checker.tick(Duration::from_secs(second), &registry);
-        }
+        tick_through(&mut checker, 0..=20);
         checker.commit(&claim_in_phase(EventType::Modified, "a", "Lost"), Duration::from_secs(20));
-        for second in 20..=50 {
-            checker.tick(Duration::from_secs(second), &registry);
-        }
+        tick_through(&mut checker, 20..=50);
         assert_eq!(i4(&checker), 0, "30 s after its loss: {:?}", checker.violations);
-        for second in 51..=52 {
-            checker.tick(Duration::from_secs(second), &registry);
-        }
+        tick_through(&mut checker, 51..=52);
         assert_eq!(i4(&checker), 1, "past 30 s after its loss");
     }
 

@@ -262,7 +262,7 @@ fn lagging_watch(
                     if !faults.is_on() {
                         return Some((Ok(Bytes::new()), Some((receiver, None))));
                     }
-                    ledger.fault(Fault::DroppedWatch, Reach::All { lasting: Duration::ZERO }, format_args!("operator-{replica} {path}"));
+                    ledger.fault(Fault::DroppedWatch, Reach::EVERYTHING, format_args!("operator-{replica} {path}"));
                     Some((Ok::<_, Infallible>(Bytes::from_static(GONE.as_bytes())), None))
                 }
                 next = receiver.next() => {

@@ -84,21 +84,19 @@ pub enum Reach {
 }
 
 impl Reach {
-    /// A refused or lost API request: the object its path names, or every
-    /// object for a request on a collection.
+    /// Every object, at one moment (a crash, a dropped watch).
+    pub const EVERYTHING: Reach = Reach::All { lasting: Duration::ZERO };
+
+    /// A refused or lost API request: the object its path names
+    /// (`…/namespaces/NS/RESOURCE/NAME[/SUBRESOURCE]`), or every object for
+    /// a request on a collection.
     pub fn of_request(path: &str) -> Reach {
-        match object_of_path(path) {
-            Some((_, name)) => Reach::Object { name: name.to_owned(), lasting: Duration::ZERO },
-            None => Reach::All { lasting: Duration::ZERO },
+        let mut segments = path.split('/').skip_while(|segment| *segment != "namespaces").skip(3);
+        match segments.next() {
+            Some(name) => Reach::Object { name: name.to_owned(), lasting: Duration::ZERO },
+            None => Reach::EVERYTHING,
         }
     }
-}
-
-/// The (resource, name) a namespaced request's path names
-/// (`…/namespaces/NS/RESOURCE/NAME[/SUBRESOURCE]`); `None` for a collection.
-fn object_of_path(path: &str) -> Option<(&str, &str)> {
-    let mut segments = path.split('/').skip_while(|segment| *segment != "namespaces").skip(2);
-    Some((segments.next()?, segments.next()?))
 }
 
 /// One injected fault's reach, from when.

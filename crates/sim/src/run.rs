@@ -754,11 +754,7 @@ async fn chaos(sim: Arc<Sim>, mut rng: fastrand::Rng, until: Duration) {
                 Fault::OperatorCrash => {
                     let running: Vec<usize> = lock(&sim.replicas).keys().copied().collect();
                     if let Some(slot) = pick(&mut rng, &running, 1).first() {
-                        sim.ledger.fault(
-                            fault,
-                            Reach::All { lasting: Duration::ZERO },
-                            format_args!("operator-{slot}"),
-                        );
+                        sim.ledger.fault(fault, Reach::EVERYTHING, format_args!("operator-{slot}"));
                         if let Some(crash) = lock(&sim.replicas).get(slot) {
                             let _ = crash.send(true);
                         }
@@ -781,8 +777,7 @@ async fn chaos(sim: Arc<Sim>, mut rng: fastrand::Rng, until: Duration) {
                     ];
                     let call = calls[rng.usize(..calls.len())];
                     let count = rng.u32(1..=3);
-                    let reach = Reach::All { lasting: Duration::ZERO };
-                    sim.ledger.fault(fault, reach, format_args!("{} x{count}", call.call_name()));
+                    sim.ledger.fault(fault, Reach::EVERYTHING, format_args!("{} x{count}", call.call_name()));
                     let error = RegistryError::NoHaKeeper { detail: "injected".into() };
                     // Unused failures of an earlier fault expire: left queued,
                     // they would add up to one long outage at the next call.
