@@ -70,6 +70,12 @@ impl<K: Resource, I: Index<K>> Cache<K, I> {
         self.read().0.get(key).cloned()
     }
 
+    /// Whether the cache holds exactly this version of `object`.
+    pub fn holds_version(&self, object: &K) -> bool {
+        let cached = self.read().0.get(&key_of(object)).map(|cached| cached.meta().resource_version.clone());
+        cached.is_some_and(|version| version.is_some() && version == object.meta().resource_version)
+    }
+
     /// Reads the indexes.
     pub fn with<T>(&self, read: impl FnOnce(&BTreeMap<Key, Arc<K>>, &I) -> T) -> T {
         let guard = self.read();

@@ -134,9 +134,10 @@ enum Next {
 }
 
 pub async fn reconcile<R: StoreRegistry + 'static>(claim: Arc<CNClaim>, ctx: Arc<Context<R>>) -> Result<Action, Error> {
+    let current = ctx.claims.holds_version(&claim);
     let claim = ctx.claim_writes.freshest(claim);
     let key = key_of(claim.as_ref());
-    ctx.wake.reconciling(Kind::Claim, &key.0, &key.1);
+    ctx.wake.reconciling(Kind::Claim, &key.0, &key.1, current);
     let uid = claim.uid().unwrap_or_default();
     let mut snap = Snapshot {
         owned: ctx.pods.owned_by(&uid),

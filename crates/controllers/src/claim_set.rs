@@ -43,7 +43,7 @@ pub async fn reconcile<R: StoreRegistry + 'static>(
     ctx: Arc<Context<R>>,
 ) -> Result<Action, Error> {
     let key = key_of(set.as_ref());
-    ctx.wake.reconciling(Kind::ClaimSet, &key.0, &key.1);
+    ctx.wake.reconciling(Kind::ClaimSet, &key.0, &key.1, ctx.claim_sets.holds_version(&set));
     let view = claim_set_view(&set)?;
     let raw_members = ctx.claims.of_claim_set(&set.uid().unwrap_or_default());
     let members: Vec<MemberView> =

@@ -152,7 +152,7 @@ fn waits_for(claim: &CNClaim, pool: &CNPool, pool_labels: &BTreeMap<String, Stri
 
 pub async fn reconcile<R: StoreRegistry + 'static>(pool: Arc<CNPool>, ctx: Arc<Context<R>>) -> Result<Action, Error> {
     let key = key_of(pool.as_ref());
-    ctx.wake.reconciling(Kind::Pool, &key.0, &key.1);
+    ctx.wake.reconciling(Kind::Pool, &key.0, &key.1, ctx.pools.holds_version(&pool));
     let (namespace, name) = key.clone();
     let pools: Api<CNPool> = Api::namespaced(ctx.client.clone(), &namespace);
     let deleting = pool.metadata.deletion_timestamp.is_some();

@@ -63,7 +63,7 @@ pub async fn refresh_stores<R: StoreRegistry>(ctx: &Context<R>) -> Result<(), Re
 
 pub async fn reconcile<R: StoreRegistry + 'static>(pod: Arc<Pod>, ctx: Arc<Context<R>>) -> Result<Action, Error> {
     let key = key_of(pod.as_ref());
-    ctx.wake.reconciling(Kind::Pod, &key.0, &key.1);
+    ctx.wake.reconciling(Kind::Pod, &key.0, &key.1, ctx.pods.holds_version(&pod));
     let view = read_pod(&ctx, &pod)?;
     let Some(uuid) = view.store_uuid.clone() else {
         return Ok(Action::await_change());

@@ -83,8 +83,15 @@ impl Wakers {
     }
 
     /// A reconcile of `namespace/name` starts: it reads the caches as they
-    /// are now, so a wake held back for changes they already hold is spent.
-    pub fn reconciling(&self, kind: Kind, namespace: &str, name: &str) {
+    /// are now, so a wake held back for changes they already hold is spent —
+    /// but only when `current`, the object it was handed being the version
+    /// its cache holds. kube-runtime reads that object when it dispatches the
+    /// reconcile; a change applied (and its wake held) between then and now
+    /// is one this reconcile does not see.
+    pub fn reconciling(&self, kind: Kind, namespace: &str, name: &str, current: bool) {
+        if !current {
+            return;
+        }
         match kind {
             Kind::Claim => self.claims.reconciling(namespace, name),
             Kind::Pool => self.pools.reconciling(namespace, name),
@@ -100,8 +107,9 @@ impl Wakers {
 /// scale-out passes several phases; two operator replicas answer each
 /// other's writes) then costs an object one reconcile per interval instead
 /// of one per change, and that reconcile sees all of them. A held wake is
-/// dropped only when a reconcile of the object (a requeue's) starts after
-/// the last change it carries: that reconcile saw them all. A controller's
+/// dropped only when a reconcile of the object (a requeue's), handed the
+/// version the cache holds, starts after the last change it carries: that
+/// reconcile saw them all. A controller's
 /// own requeues are not held back.
 struct Throttled<K: kube::Resource<DynamicType = ()>> {
     sender: UnboundedSender<ObjectRef<K>>,
@@ -551,5 +559,26 @@ mod tests {
         throttled.reconciling("ns", "pod-1");
         pass(20).await;
         assert_eq!(count(&mut receiver), 2, "the change at 0.5 s came after the reconcile started");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_reconcile_handed_an_older_version_than_the_cache_holds_spends_no_held_wake() {
+        let wakers = Wakers::new(INTERVAL, INTERVAL);
+        let mut receivers = wakers.take_receivers();
+        let mut count = || std::iter::from_fn(|| receivers.pods.try_recv().ok()).count();
+        wakers.pod("ns", "pod-0");
+        pass(2).await;
+        // The pod's deletion is applied and its wake held back; the reconcile
+        // dispatched just before it was handed the pod as it was.
+        wakers.pod("ns", "pod-0");
+        wakers.reconciling(Kind::Pod, "ns", "pod-0", false);
+        pass(20).await;
+        assert_eq!(count(), 2, "the deletion's wake must still come");
+        wakers.pod("ns", "pod-0");
+        pass(2).await;
+        wakers.pod("ns", "pod-0");
+        wakers.reconciling(Kind::Pod, "ns", "pod-0", true);
+        pass(20).await;
+        assert_eq!(count(), 1, "a reconcile of the cached version saw the change");
     }
 }
