@@ -391,9 +391,20 @@ fn split_resource<'a>(group: &'a str, version: &'a str, rest: &[&'a str]) -> Res
     })
 }
 
+/// One line of a watch: `{"type":…,"object":…}`, the object encoded in place.
 fn line(event_type: &str, object: &Value) -> Bytes {
-    let mut bytes = serde_json::to_vec(&json!({"type": event_type, "object": object})).unwrap_or_default();
-    bytes.push(b'\n');
+    let mut bytes = Vec::with_capacity(1024);
+    bytes.extend_from_slice(b"{\"type\":");
+    let encoded = serde_json::to_writer(&mut bytes, event_type)
+        .and_then(|()| {
+            bytes.extend_from_slice(b",\"object\":");
+            serde_json::to_writer(&mut bytes, object)
+        })
+        .map(|()| bytes.extend_from_slice(b"}\n"));
+    // A JSON value always encodes; a failure would only leave the line out.
+    if encoded.is_err() {
+        return Bytes::new();
+    }
     Bytes::from(bytes)
 }
 
@@ -426,18 +437,15 @@ impl Watch {
             (_, true, false) => EventType::Deleted,
             (_, false, false) => return None,
         };
-        let object = crate::store::present(&self.res, event.object.clone());
-        let object = match self.table {
-            Some(include) => table(
-                &self.res,
-                &[object],
-                json!({"resourceVersion": event.resource_version.to_string()}),
-                self.server.store.now(),
-                include,
-            ),
-            None => object,
-        };
-        Some(line(event_type.as_str(), &object))
+        let present = || crate::store::present(&self.res, event.object.clone());
+        Some(match self.table {
+            Some(include) => {
+                let version = json!({"resourceVersion": event.resource_version.to_string()});
+                let rows = table(&self.res, &[present()], version, self.server.store.now(), include);
+                line(event_type.as_str(), &rows)
+            }
+            None => event.line(&self.res.api_version(), event_type, || line(event_type.as_str(), &present())),
+        })
     }
 
     fn bookmark(&self, revision: u64) -> Bytes {

@@ -2,6 +2,9 @@
 //! apply defaults, prune unknown fields, and validate types, enums,
 //! patterns, bounds and required fields.
 
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, Mutex, PoisonError};
+
 use serde_json::{Map, Value};
 
 /// Applies defaults and prunes unknown fields, in place; returns the paths
@@ -76,17 +79,42 @@ fn walk_object(map: &mut Map<String, Value>, schema: &Value, path: &str, pruned:
 pub fn validate(object: &Value, schema: &Value) -> Vec<(String, String)> {
     let mut errors = Vec::new();
     if let Some(map) = object.as_object() {
-        let mut body = map.clone();
-        for key in ["apiVersion", "kind", "metadata"] {
-            body.remove(key);
-        }
-        let mut schema = schema.clone();
-        if let Some(required) = schema.get_mut("required").and_then(Value::as_array_mut) {
-            required.retain(|key| !matches!(key.as_str(), Some("apiVersion" | "kind" | "metadata")));
-        }
-        check(&Value::Object(body), &schema, "", &mut errors);
+        check_object(map, schema, "", &mut errors, &["apiVersion", "kind", "metadata"]);
     }
     errors
+}
+
+/// The fields of `map` against an object `schema`, but `skipped`, which
+/// another check owns (the metadata of the top-level object).
+fn check_object(
+    map: &Map<String, Value>,
+    schema: &Value,
+    path: &str,
+    errors: &mut Vec<(String, String)>,
+    skipped: &[&str],
+) {
+    let required = schema["required"].as_array().into_iter().flatten().filter_map(Value::as_str);
+    for key in required.filter(|key| !skipped.contains(key)) {
+        if !map.contains_key(key) {
+            errors.push((child_path(path, key), "Required value".into()));
+        }
+    }
+    let properties = schema.get("properties").and_then(Value::as_object);
+    let additional = schema.get("additionalProperties").filter(|a| a.is_object());
+    for (key, child) in map.iter().filter(|(key, _)| !skipped.contains(&key.as_str())) {
+        if let Some(property) = properties.and_then(|p| p.get(key)).or(additional) {
+            check(child, property, &child_path(path, key), errors);
+        }
+    }
+}
+
+/// `pattern` compiled, once per process (a CRD's few patterns are checked
+/// on every write); `None` for one that does not compile, which checks
+/// nothing.
+fn compiled(pattern: &str) -> Option<Arc<regex::Regex>> {
+    static PATTERNS: LazyLock<Mutex<HashMap<String, Option<Arc<regex::Regex>>>>> = LazyLock::new(Mutex::default);
+    let mut patterns = PATTERNS.lock().unwrap_or_else(PoisonError::into_inner);
+    patterns.entry(pattern.to_owned()).or_insert_with(|| regex::Regex::new(pattern).ok().map(Arc::new)).clone()
 }
 
 fn child_path(path: &str, key: &str) -> String {
@@ -140,7 +168,7 @@ fn check(value: &Value, schema: &Value, path: &str, errors: &mut Vec<(String, St
         errors.push((path.into(), format!("Unsupported value: {value}: supported values: {list}")));
     }
     if let (Some(pattern), Some(text)) = (schema["pattern"].as_str(), value.as_str()) {
-        let matches = regex::Regex::new(pattern).map(|re| re.is_match(text)).unwrap_or(true);
+        let matches = compiled(pattern).is_none_or(|re| re.is_match(text));
         if !matches {
             errors.push((path.into(), format!("Invalid value: \"{text}\": {path} in body should match '{pattern}'")));
         }
@@ -164,20 +192,7 @@ fn check(value: &Value, schema: &Value, path: &str, errors: &mut Vec<(String, St
         }
     }
     match value {
-        Value::Object(map) => {
-            for key in schema["required"].as_array().into_iter().flatten().filter_map(Value::as_str) {
-                if !map.contains_key(key) {
-                    errors.push((child_path(path, key), "Required value".into()));
-                }
-            }
-            let properties = schema.get("properties").and_then(Value::as_object);
-            let additional = schema.get("additionalProperties").filter(|a| a.is_object());
-            for (key, child) in map {
-                if let Some(property) = properties.and_then(|p| p.get(key)).or(additional) {
-                    check(child, property, &child_path(path, key), errors);
-                }
-            }
-        }
+        Value::Object(map) => check_object(map, schema, path, errors, &[]),
         Value::Array(items) => {
             if let Some(item_schema) = schema.get("items") {
                 for (index, item) in items.iter().enumerate() {

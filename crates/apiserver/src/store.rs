@@ -38,7 +38,7 @@ impl EventType {
 }
 
 /// One committed write.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct Event {
     pub resource_version: u64,
     pub storage: StorageKey,
@@ -47,11 +47,49 @@ pub struct Event {
     pub old: Option<Value>,
     /// The object after the write; for a deletion, its last state.
     pub object: Value,
+    /// Its watch lines as rendered so far, by API version and event type:
+    /// every watch of a kind sends the same bytes, encoded once.
+    rendered: Mutex<Vec<(String, EventType, bytes::Bytes)>>,
+}
+
+impl Clone for Event {
+    fn clone(&self) -> Self {
+        // The copy renders its own lines: they are a cache, not state.
+        Self::new(self.resource_version, self.storage.clone(), self.event_type, self.old.clone(), self.object.clone())
+    }
 }
 
 impl Event {
+    pub fn new(
+        resource_version: u64,
+        storage: StorageKey,
+        event_type: EventType,
+        old: Option<Value>,
+        object: Value,
+    ) -> Self {
+        Self { resource_version, storage, event_type, old, object, rendered: Mutex::default() }
+    }
+
     pub fn namespace(&self) -> &str {
         meta::str_field(&self.object, "namespace").unwrap_or_default()
+    }
+
+    /// The watch line that shows this event as `event_type` in
+    /// `api_version`: `render`'s, made once and then shared.
+    pub(crate) fn line(
+        &self,
+        api_version: &str,
+        event_type: EventType,
+        render: impl FnOnce() -> bytes::Bytes,
+    ) -> bytes::Bytes {
+        let mut rendered = self.rendered.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((_, _, line)) = rendered.iter().find(|(version, of, _)| version == api_version && *of == event_type)
+        {
+            return line.clone();
+        }
+        let line = render();
+        rendered.push((api_version.to_owned(), event_type, line.clone()));
+        line
     }
 }
 
@@ -531,13 +569,7 @@ impl Store {
                 .flat_map(|objects| objects.iter())
                 .filter(|(key, _)| target.namespace.is_none_or(|ns| ns == key.0))
                 .map(|(_, object)| {
-                    Arc::new(Event {
-                        resource_version: version_of(object),
-                        storage: storage.clone(),
-                        event_type: EventType::Added,
-                        old: None,
-                        object: object.clone(),
-                    })
+                    Arc::new(Event::new(version_of(object), storage.clone(), EventType::Added, None, object.clone()))
                 })
                 .collect(),
             Some(since) => {
@@ -943,8 +975,7 @@ impl Inner {
             self.by_uid.insert(uid, place);
             self.objects.entry(storage.clone()).or_default().insert(key, object.clone());
         }
-        let event =
-            Arc::new(Event { resource_version: self.revision, storage, event_type, old, object: object.clone() });
+        let event = Arc::new(Event::new(self.revision, storage, event_type, old, object.clone()));
         self.history.push_back(event.clone());
         while self.history.len() > self.history_limit {
             self.history.pop_front();

@@ -687,13 +687,7 @@ mod tests {
 
     fn committed(plural: &str, event_type: EventType, object: Value) -> Event {
         let group = if plural == "pods" { "" } else { "core.matrixorigin.io" };
-        Event {
-            resource_version: 1,
-            storage: StorageKey { group: group.into(), plural: plural.into() },
-            event_type,
-            old: None,
-            object,
-        }
+        Event::new(1, StorageKey { group: group.into(), plural: plural.into() }, event_type, None, object)
     }
 
     fn checker() -> Checker {

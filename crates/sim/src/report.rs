@@ -240,13 +240,8 @@ mod tests {
             labels["pool.matrixorigin.io/claim-uid"] = json!(format!("uid-{owner}"));
             labels["pool.matrixorigin.io/claimed-by"] = json!(owner);
         }
-        Event {
-            resource_version: 1,
-            storage: StorageKey { group: String::new(), plural: "pods".into() },
-            event_type: EventType::Modified,
-            old: None,
-            object: json!({"metadata": {"name": name, "namespace": "default", "labels": labels}}),
-        }
+        let object = json!({"metadata": {"name": name, "namespace": "default", "labels": labels}});
+        Event::new(1, StorageKey { group: String::new(), plural: "pods".into() }, EventType::Modified, None, object)
     }
 
     #[test]

@@ -51,7 +51,7 @@ fn one_seed_gives_one_trace_and_another_seed_another() {
 
 fn commit(resource_version: u64, plural: &str, object: serde_json::Value) -> Event {
     let storage = StorageKey { group: String::new(), plural: plural.into() };
-    Event { resource_version, storage, event_type: EventType::Modified, old: None, object }
+    Event::new(resource_version, storage, EventType::Modified, None, object)
 }
 
 fn bound_claim(name: &str, uid: &str, pod: &str) -> serde_json::Value {
