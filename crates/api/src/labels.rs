@@ -59,6 +59,11 @@ pub const LOCK_RESTART: &str = "matrixorigin.io/lock-restart";
 /// label keys acquire applied, so that release removes exactly those and the
 /// store is written from the pod alone.
 pub const BINDING: &str = "pool.matrixorigin.io/binding";
+/// Claim annotation: the pod the claim recorded, as `<pod name>/<pod UID>`.
+/// It is written with `spec.podName` and the finalizer, in one write, so a
+/// claim knows which pod it holds before its status shows it (the status
+/// is written once, when the claim is Bound).
+pub const RECORDED_POD: &str = "pool.matrixorigin.io/recorded-pod";
 
 /// Pod finalizer: the CN store is removed from HAKeeper before the pod goes.
 pub const CN_DRAINING_FINALIZER: &str = "matrixorigin.io/cn-draining";

@@ -16,9 +16,11 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::hash::Hash;
+use std::ops::Bound;
 use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use cnpool_api::{CNClaim, CNClaimSet, CNPool, labels};
+use cnpool_core::candidates::age_rank;
 use cnpool_core::model::PodView;
 use futures::StreamExt;
 use futures::future::Shared;
@@ -139,11 +141,37 @@ pub struct PodIndex {
     by_store: BTreeMap<String, BTreeSet<Key>>,
     /// `spec.nodeName` → pod keys.
     by_node: BTreeMap<String, BTreeSet<Key>>,
-    /// Pod key → the Idle pod, read (grouped by pool in `by_pool_phase`).
-    /// Each claim that may take a pod looks at all of its pool's; reading
-    /// them once per change of a pod, not once per claim step, keeps a
-    /// burst of claims linear.
+    /// Pod key → the Idle pod, read once per change of the pod, not once
+    /// per claim step that looks at it.
     idle: BTreeMap<Key, Arc<IdlePod>>,
+    /// (namespace, pool) → its Idle pods in the order claims take them
+    /// ([`age_rank`]), so that a claim reads the first few of a large pool
+    /// rather than all of them.
+    idle_by_age: BTreeMap<Key, BTreeMap<AgeRank, Arc<IdlePod>>>,
+    /// (namespace, pool, `last-owner`) → those of its Idle pods, which the
+    /// claims of that owner take first.
+    idle_by_last_owner: BTreeMap<(String, String, String), BTreeMap<AgeRank, Arc<IdlePod>>>,
+}
+
+/// An Idle pod's place in its pool's order ([`age_rank`], owned).
+pub type AgeRank = (jiff::Timestamp, String, String);
+
+pub fn age_rank_of(view: &PodView) -> AgeRank {
+    let (created, name, uid) = age_rank(view);
+    (created, name.to_owned(), uid.to_owned())
+}
+
+fn insert_ranked<A: Ord>(map: &mut BTreeMap<A, BTreeMap<AgeRank, Arc<IdlePod>>>, at: A, idle: &Arc<IdlePod>) {
+    map.entry(at).or_default().insert(age_rank_of(&idle.view), idle.clone());
+}
+
+fn remove_ranked<A: Ord>(map: &mut BTreeMap<A, BTreeMap<AgeRank, Arc<IdlePod>>>, at: &A, rank: &AgeRank) {
+    if let Some(ranked) = map.get_mut(at) {
+        ranked.remove(rank);
+        if ranked.is_empty() {
+            map.remove(at);
+        }
+    }
 }
 
 /// An Idle pod of a pool, with what its object alone says of it
@@ -178,7 +206,13 @@ impl Index<Pod> for PodIndex {
         if let Some(pool) = pool {
             // A pod whose object cannot be read is offered to no claim.
             if let Some(view) = (phase == "Idle").then(|| crate::pool::own_view(pod).ok()).flatten() {
-                self.idle.insert(key.clone(), Arc::new(IdlePod { pod: pod.clone(), view }));
+                let idle = Arc::new(IdlePod { pod: pod.clone(), view });
+                let pool_key = (key.0.clone(), pool.clone());
+                if let Some(owner) = idle.view.last_owner.clone() {
+                    insert_ranked(&mut self.idle_by_last_owner, (key.0.clone(), pool.clone(), owner), &idle);
+                }
+                insert_ranked(&mut self.idle_by_age, pool_key, &idle);
+                self.idle.insert(key.clone(), idle);
             }
             add(&mut self.by_pool_phase, (key.0.clone(), pool.clone(), phase), key.1.clone());
             add(&mut self.by_pool, (key.0.clone(), pool), key.1.clone());
@@ -193,7 +227,14 @@ impl Index<Pod> for PodIndex {
 
     fn remove(&mut self, pod: &Arc<Pod>) {
         let (key, pool, phase, claim, store, node) = Self::entries(pod);
-        self.idle.remove(&key);
+        if let Some(idle) = self.idle.remove(&key) {
+            let rank = age_rank_of(&idle.view);
+            let pool = idle.view.pool.clone().unwrap_or_default();
+            if let Some(owner) = idle.view.last_owner.clone() {
+                remove_ranked(&mut self.idle_by_last_owner, &(key.0.clone(), pool.clone(), owner), &rank);
+            }
+            remove_ranked(&mut self.idle_by_age, &(key.0.clone(), pool), &rank);
+        }
         if let Some(node) = node {
             drop_from(&mut self.by_node, &node, &key);
         }
@@ -310,12 +351,36 @@ impl Pods {
         })
     }
 
-    /// The Idle pods of `pool`, read.
-    pub fn idle_in_pool(&self, namespace: &str, pool: &str) -> Vec<Arc<IdlePod>> {
+    /// Pods of every pool in `phase` (as their label reads).
+    pub fn in_phase(&self, phase: &str) -> Vec<Arc<Pod>> {
+        self.with(|objects, index| {
+            let in_phase = index.by_pool_phase.iter().filter(|((_, _, of), _)| of == phase);
+            let keys = in_phase
+                .flat_map(|((namespace, _, _), names)| names.iter().map(|name| (namespace.clone(), name.clone())));
+            keys.filter_map(|key| objects.get(&key).cloned()).collect()
+        })
+    }
+
+    /// Up to `limit` Idle pods of `pool` in the order claims take them
+    /// ([`age_rank`]), from the one after `after` (from the first: `None`).
+    pub fn idle_by_age(&self, namespace: &str, pool: &str, after: Option<&AgeRank>, limit: usize) -> Vec<Arc<IdlePod>> {
         self.with(|_, index| {
-            let names = index.by_pool_phase.get(&(namespace.to_owned(), pool.to_owned(), "Idle".to_owned()));
-            let keys = names.into_iter().flatten().map(|name| (namespace.to_owned(), name.clone()));
-            keys.filter_map(|key| index.idle.get(&key).cloned()).collect()
+            let Some(ranked) = index.idle_by_age.get(&(namespace.to_owned(), pool.to_owned())) else {
+                return Vec::new();
+            };
+            let from = match after {
+                Some(after) => ranked.range((Bound::Excluded(after), Bound::Unbounded)),
+                None => ranked.range::<AgeRank, _>(..),
+            };
+            from.take(limit).map(|(_, idle)| idle.clone()).collect()
+        })
+    }
+
+    /// The Idle pods of `pool` whose `last-owner` is `owner`.
+    pub fn idle_last_owned_by(&self, namespace: &str, pool: &str, owner: &str) -> Vec<Arc<IdlePod>> {
+        self.with(|_, index| {
+            let key = (namespace.to_owned(), pool.to_owned(), owner.to_owned());
+            index.idle_by_last_owner.get(&key).into_iter().flat_map(|ranked| ranked.values().cloned()).collect()
         })
     }
 

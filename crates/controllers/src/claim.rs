@@ -29,7 +29,11 @@
 //! returned, so that a new claim goes from nothing to Bound in one reconcile
 //! when the store is ready:
 //!
-//! 1. the claim finalizer is added before anything is acquired;
+//! 1. a claim that will release, adopt or lose a pod gets its finalizer
+//!    first; one that holds nothing yet acquires first and gets it with the
+//!    pointer (step 6), so the finalizer costs no write of its own. A pod acquired for a claim deleted
+//!    before that write carries the UID of no claim: the orphan sweep
+//!    releases it;
 //! 2. pods already carrying the claim's UID are adopted (a crash between
 //!    acquire and record leaves such a pod): the one `spec.podName` names,
 //!    else the lowest name, is kept and the others are released;
@@ -90,6 +94,7 @@
 use std::sync::Arc;
 
 use cnpool_api::{CNClaim, CNClaimStatus, CNLabel, CNStoreStatus, ClaimPhase, MigrateStatus, PodRef, Workload, labels};
+use cnpool_core::candidates::eligibility;
 use cnpool_core::claim::{
     AfterRelease, ClaimInput, ClaimStep, LossReason, MigrationCause, Release, Unavailable, next_claim_step,
 };
@@ -113,6 +118,13 @@ use crate::store::store_missing_noted;
 pub const BOUND_CONDITION: &str = "Bound";
 /// The condition type a claim reports its last migration in.
 pub const MIGRATION_CONDITION: &str = "Migration";
+/// How long a new claim may wait for its pod's store before its status shows
+/// it Pending, waiting for the store.
+const STORE_WAIT_SHOWN_AFTER: jiff::SignedDuration = jiff::SignedDuration::from_secs(5);
+/// The reasons of a claim waiting for something to come, not of a fault:
+/// no Warning Event for them.
+const NO_IDLE_POD: &str = "NoIdlePod";
+const WAITING_FOR_STORE: &str = "WaitingForStore";
 /// Steps one reconcile takes at most before requeueing.
 const MAX_STEPS: usize = 12;
 
@@ -221,8 +233,24 @@ impl Snapshot {
         Ok(true)
     }
 
-    /// Takes a pod as a write returned it.
-    fn put_pod(&mut self, pod: Pod) {
+    /// Whether the claim read is the server's current version. A claim is
+    /// read so before it takes a pod: a cache that lags behind another
+    /// replica's record of a pod would otherwise have this one take a second
+    /// pod, which the claim must then drain before anyone may have it.
+    async fn is_current<R>(&self, ctx: &Context<R>) -> Result<bool, Error> {
+        if self.read == Read::Live {
+            return Ok(true);
+        }
+        let name = self.claim.name_any();
+        let claims: Api<CNClaim> = Api::namespaced(ctx.client.clone(), &self.namespace());
+        let live = claims.get_opt(&name).await.map_err(|error| Error::kube("read claim", &name, error))?;
+        Ok(live.is_some_and(|live| live.resource_version() == self.claim.resource_version()))
+    }
+
+    /// Takes a pod as this reconcile's write over `read` returned it. The
+    /// watch event of that version is no news to the claim.
+    fn put_pod<R>(&mut self, ctx: &Context<R>, read: &Pod, pod: Pod) {
+        ctx.claim_pod_writes.wrote(read.resource_version().as_deref(), pod.clone());
         let pod = Arc::new(pod);
         let name = pod.name_any();
         self.owned.retain(|held| held.name_any() != name);
@@ -248,13 +276,24 @@ fn may_roll<R>(ctx: &Context<R>, namespace: &str, held: Option<&PodView>) -> boo
     !migrating && !ctx.rolled_lately(namespace, pool)
 }
 
-/// The Idle pods of the pools `claim` may take from, and whether any were
-/// held back as acquired lately (by this process, or tried and refused).
-/// Those on a cordoned node and those whose store HAKeeper does not list
-/// now are left out: the first are not eligible, and a claim taking one of
-/// the second would only wait for its store, and maybe be Lost.
-fn candidate_pods<R>(ctx: &Context<R>, claim: &ClaimView, namespace: &str) -> (Vec<Arc<IdlePod>>, bool) {
-    let pools: Vec<String> = match &claim.pool_name {
+/// How many Idle pods a claim reads from each pool that it may take (after
+/// those of its previous owner): enough for every attempt of every worker
+/// binding at once, a few of the first being reserved by the others.
+const CANDIDATES_READ: usize = 16;
+
+/// The Idle pods `claim` may take, at most [`CANDIDATES_READ`] a pool
+/// beside those its owner held last (the core ranks them), and whether any
+/// were held back as acquired lately (by this process, or tried and
+/// refused). Those on a cordoned node and those whose store HAKeeper does
+/// not list now are left out: the first are not eligible, and a claim taking
+/// one of the second would only wait for its store, and maybe be Lost.
+fn candidate_pods<R>(
+    ctx: &Context<R>,
+    claim: &ClaimView,
+    namespace: &str,
+    pools: &[cnpool_core::model::PoolView],
+) -> (Vec<Arc<IdlePod>>, bool) {
+    let pool_names: Vec<String> = match &claim.pool_name {
         Some(pool) => vec![pool.clone()],
         None => ctx
             .pools
@@ -264,18 +303,44 @@ fn candidate_pods<R>(ctx: &Context<R>, claim: &ClaimView, namespace: &str) -> (V
             .map(|(pool, _)| pool.name_any())
             .collect(),
     };
-    let (held_back, idle): (Vec<Arc<IdlePod>>, Vec<Arc<IdlePod>>) = pools
-        .iter()
-        .flat_map(|pool| ctx.pods.idle_in_pool(namespace, pool))
-        .partition(|idle| ctx.acquired_lately(&idle.view.uid));
-    // Reading the store's absence also starts the clock by which the pool
-    // replaces the pod.
-    let offered = idle
-        .into_iter()
-        .filter(|idle| !on_cordoned_node(ctx, &idle.view))
-        .filter(|idle| unowned_store_missing_since(ctx, &idle.pod, &idle.view).is_none())
-        .collect();
-    (offered, !held_back.is_empty())
+    let mut held_back = false;
+    let mut offered = Vec::new();
+    let returning = |idle: &IdlePod| claim.owner_name.is_some() && idle.view.last_owner == claim.owner_name;
+    for pool in &pool_names {
+        let mut offer = |idle: Arc<IdlePod>| {
+            if ctx.acquired_lately(&idle.view.uid) {
+                held_back = true;
+                return false;
+            }
+            // Reading the store's absence also starts the clock by which the
+            // pool replaces the pod.
+            let offerable = eligibility(claim, &idle.view, pools).is_ok()
+                && !on_cordoned_node(ctx, &idle.view)
+                && unowned_store_missing_since(ctx, &idle.pod, &idle.view).is_none();
+            if offerable {
+                offered.push(idle);
+            }
+            offerable
+        };
+        if let Some(owner) = &claim.owner_name {
+            for idle in ctx.pods.idle_last_owned_by(namespace, pool, owner) {
+                offer(idle);
+            }
+        }
+        let (mut after, mut found) = (None, 0);
+        loop {
+            let page = ctx.pods.idle_by_age(namespace, pool, after.as_ref(), CANDIDATES_READ);
+            let end = page.len() < CANDIDATES_READ;
+            after = page.last().map(|idle| crate::cache::age_rank_of(&idle.view));
+            for idle in page.into_iter().filter(|idle| !returning(idle)) {
+                found += usize::from(offer(idle));
+            }
+            if end || found >= CANDIDATES_READ {
+                break;
+            }
+        }
+    }
+    (offered, held_back)
 }
 
 async fn step<R: StoreRegistry>(ctx: &Context<R>, snap: &mut Snapshot, key: &Key) -> Result<Next, Error> {
@@ -288,18 +353,18 @@ async fn step<R: StoreRegistry>(ctx: &Context<R>, snap: &mut Snapshot, key: &Key
     let pointed: Option<PodView> = snap.pointed.as_deref().map(|pod| read_pod(ctx, pod)).transpose()?;
     let source: Option<PodView> = snap.source.as_deref().map(|pod| read_pod(ctx, pod)).transpose()?;
     let pools = ctx.pool_views();
-    // Only a claim that may pick a pod from the pool needs its Idle pods
-    // (reading them all is most of a reconcile's cost in a large pool); one
-    // without its finalizer adds that first, whatever the pool offers.
-    let may_pick =
-        !view.deleting && view.has_finalizer && (view.pod_name.is_none() || view.phase == Some(ClaimPhase::Lost));
-    let (offered, held_back) = if may_pick { candidate_pods(ctx, &view, &namespace) } else { (Vec::new(), false) };
-    let candidates: Vec<&PodView> = offered.iter().map(|idle| &idle.view).collect();
     let held: Vec<&PodView> = owned
         .iter()
         .chain(pointed.as_ref())
         .filter(|pod| pod.is_owned_by(&view.uid) && !view.is_source(&pod.name))
         .collect();
+    // Only a claim that holds nothing and may pick a pod from the pool
+    // needs its Idle pods.
+    let may_pick =
+        !view.deleting && held.is_empty() && (view.pod_name.is_none() || view.phase == Some(ClaimPhase::Lost));
+    let (offered, held_back) =
+        if may_pick { candidate_pods(ctx, &view, &namespace, &pools) } else { (Vec::new(), false) };
+    let candidates: Vec<&PodView> = offered.iter().map(|idle| &idle.view).collect();
     // The one pod the claim holds (found in `owned` and as `pointed` alike).
     let held_pod = match held.as_slice() {
         [pod, rest @ ..] if rest.iter().all(|other| other.uid == pod.uid) => Some(*pod),
@@ -395,7 +460,7 @@ async fn step<R: StoreRegistry>(ctx: &Context<R>, snap: &mut Snapshot, key: &Key
             for pod in &release {
                 let Some(raw) = raw(&read_pods, pod.pod) else { continue };
                 match ownership::transition(&ctx.client, &raw, release_transition(&view, *pod), ctx.now()).await? {
-                    Outcome::Applied(written) => snap.put_pod(*written),
+                    Outcome::Applied(written) => snap.put_pod(ctx, &raw, *written),
                     Outcome::Stale | Outcome::NotApplicable => return Ok(changed_since_read(ctx, &snap.claim)),
                 }
             }
@@ -407,7 +472,7 @@ async fn step<R: StoreRegistry>(ctx: &Context<R>, snap: &mut Snapshot, key: &Key
             };
             match ownership::transition(&ctx.client, &raw, Transition::AdoptLegacy(&view), ctx.now()).await? {
                 Outcome::Applied(written) => {
-                    snap.put_pod(*written);
+                    snap.put_pod(ctx, &raw, *written);
                     let note = format!("adopted pod {} bound by the Go operator", pod.name);
                     ctx.event(&claim_ref, false, "AdoptedLegacy", "Adopt", note).await;
                     Ok(Next::Again)
@@ -421,13 +486,16 @@ async fn step<R: StoreRegistry>(ctx: &Context<R>, snap: &mut Snapshot, key: &Key
             let Some(raw) = raw(&read_pods, pod) else {
                 return Ok(changed_since_read(ctx, &snap.claim));
             };
+            if !snap.is_current(ctx).await? {
+                return Ok(changed_since_read(ctx, &snap.claim));
+            }
             match ownership::transition(&ctx.client, &raw, Transition::Acquire(&view), ctx.now()).await? {
                 Outcome::Applied(written) => {
                     ctx.note_acquired(&pod.uid);
                     ctx.note_claim_acquired(&view.uid, Some(&pod.uid));
                     // Progress: a failure from here on retries from the shortest delay.
                     ctx.settled(Kind::Claim, key);
-                    snap.put_pod(*written);
+                    snap.put_pod(ctx, &raw, *written);
                     Ok(Next::Again)
                 }
                 Outcome::Stale | Outcome::NotApplicable => Ok(changed_since_read(ctx, &snap.claim)),
@@ -446,6 +514,9 @@ async fn step<R: StoreRegistry>(ctx: &Context<R>, snap: &mut Snapshot, key: &Key
             if ctx.pod_acquired_lately(&view.uid).is_some_and(|pod_uid| unseen(&pod_uid)) {
                 return Ok(changed_since_read(ctx, &snap.claim));
             }
+            if !candidates.is_empty() && !snap.is_current(ctx).await? {
+                return Ok(changed_since_read(ctx, &snap.claim));
+            }
             let unreserved = candidates
                 .iter()
                 .filter_map(|pod| Some((pod, raw(&read_pods, pod)?)))
@@ -456,7 +527,7 @@ async fn step<R: StoreRegistry>(ctx: &Context<R>, snap: &mut Snapshot, key: &Key
                         ctx.note_acquired(&pod.uid);
                         ctx.note_claim_acquired(&view.uid, Some(&pod.uid));
                         ctx.settled(Kind::Claim, key);
-                        snap.put_pod(*written);
+                        snap.put_pod(ctx, &raw, *written);
                         return Ok(Next::Again);
                     }
                     // Taken by someone else since the cache showed it: next.
@@ -467,10 +538,10 @@ async fn step<R: StoreRegistry>(ctx: &Context<R>, snap: &mut Snapshot, key: &Key
             // while it waits for a new pod; a migrating one is still bound.
             if candidates.is_empty() && view.source_pod.is_some() {
                 let message = "waiting for an Idle pod of the pool to migrate to";
-                write_condition(ctx, snap, MIGRATION_CONDITION, "False", "NoIdlePod", message).await?;
+                write_condition(ctx, snap, MIGRATION_CONDITION, "False", NO_IDLE_POD, message).await?;
             } else if candidates.is_empty() && view.phase != Some(ClaimPhase::Lost) {
                 let message = "waiting for an Idle pod of the pool";
-                write_condition(ctx, snap, BOUND_CONDITION, "False", "NoIdlePod", message).await?;
+                write_condition(ctx, snap, BOUND_CONDITION, "False", NO_IDLE_POD, message).await?;
             }
             // A pod held back as acquired lately comes back when that note
             // expires, with no event if its acquire was refused without a
@@ -478,14 +549,14 @@ async fn step<R: StoreRegistry>(ctx: &Context<R>, snap: &mut Snapshot, key: &Key
             let delay = if candidates.is_empty() { ctx.wait(Kind::Claim, key) } else { ctx.backoff(Kind::Claim, key) };
             Ok(Next::Done(Action::requeue(if held_back { delay.min(ACQUIRED_LATELY) } else { delay })))
         }
-        ClaimStep::Record(pod) => record(ctx, snap, &view, pod, store_view.as_ref()).await,
+        ClaimStep::Record(pod) => record(ctx, snap, &view, pod).await,
         ClaimStep::RewriteBinding(pod) => {
             let Some(raw) = raw(&read_pods, pod) else {
                 return Ok(changed_since_read(ctx, &snap.claim));
             };
             match ownership::transition(&ctx.client, &raw, Transition::Rewrite(&view), ctx.now()).await? {
                 Outcome::Applied(written) => {
-                    snap.put_pod(*written);
+                    snap.put_pod(ctx, &raw, *written);
                     Ok(Next::Again)
                 }
                 Outcome::Stale | Outcome::NotApplicable => Ok(changed_since_read(ctx, &snap.claim)),
@@ -514,7 +585,7 @@ async fn step<R: StoreRegistry>(ctx: &Context<R>, snap: &mut Snapshot, key: &Key
                 if let Outcome::Applied(written) =
                     ownership::transition(&ctx.client, &raw, release_transition(&view, *pod), ctx.now()).await?
                 {
-                    snap.put_pod(*written);
+                    snap.put_pod(ctx, &raw, *written);
                 }
             }
             Ok(Next::Again)
@@ -532,18 +603,36 @@ async fn step<R: StoreRegistry>(ctx: &Context<R>, snap: &mut Snapshot, key: &Key
                 None => changed_since_read(ctx, &snap.claim),
             })
         }
-        ClaimStep::WaitForStore(lost_in) => Ok(Next::Done(Action::requeue(match lost_in {
-            // A missing store is looked at again when its bound runs out.
-            Some(left) => left + ctx.config.requeue_min,
-            None => ctx.wait(Kind::Claim, key),
-        }))),
+        ClaimStep::WaitForStore(lost_in) => {
+            // The store's change wakes the claim at once.
+            ctx.wake.expect_claim(&key.0, &key.1);
+            // A new claim shows no phase while its pod's store comes up (a
+            // moment, usually): its status is written once, Bound. One that
+            // has waited longer says so.
+            let created = snap.claim.metadata.creation_timestamp.as_ref().map(|time| time.0);
+            let waited_long =
+                created.is_some_and(|created| ctx.now().duration_since(created) >= STORE_WAIT_SHOWN_AFTER);
+            if view.phase.is_none() && waited_long {
+                let message = format!(
+                    "pod {} is the claim's; waiting for its CN store to serve the claim's labels",
+                    view.pod_name.as_deref().unwrap_or_default()
+                );
+                write_condition(ctx, snap, BOUND_CONDITION, "False", WAITING_FOR_STORE, &message).await?;
+            }
+            Ok(Next::Done(Action::requeue(match lost_in {
+                // A missing store is looked at again when its bound runs out.
+                Some(left) => left + ctx.config.requeue_min,
+                None => ctx.wait(Kind::Claim, key),
+            })))
+        }
         ClaimStep::MarkBound => {
-            if !mark_bound(ctx, snap, &view, store_view.as_ref()).await? {
+            if !mark_bound(ctx, snap, &view, held_pod, store_view.as_ref()).await? {
                 // The claim changed since it was read: its watch wakes it.
                 return Ok(changed_since_read(ctx, &snap.claim));
             }
             ctx.settled(Kind::Claim, key);
-            Ok(Next::Done(Action::requeue(ctx.config.resync)))
+            // A migration's target shown Bound goes on to release the source.
+            Ok(Next::Again)
         }
         ClaimStep::StartMigration(pod, cause) => {
             let mut updated = snap.claim.clone();
@@ -592,7 +681,7 @@ async fn step<R: StoreRegistry>(ctx: &Context<R>, snap: &mut Snapshot, key: &Key
             match ownership::transition(&ctx.client, &raw, release_transition(&view, release), ctx.now()).await? {
                 Outcome::Applied(written) => {
                     tracing::info!(claim = %view.name, pod = %release.pod.name, "claim released its migration source");
-                    snap.put_pod(*written);
+                    snap.put_pod(ctx, &raw, *written);
                     Ok(Next::Again)
                 }
                 // Changed or gone since read: decide again on a fresh read.
@@ -737,7 +826,7 @@ async fn write_condition<R>(
     }
     if let Some(written) = replace_status(ctx, &updated).await? {
         snap.claim = written;
-        if reason != "NoIdlePod" {
+        if reason != NO_IDLE_POD && reason != WAITING_FOR_STORE {
             let action = if type_ == MIGRATION_CONDITION { "Migrate" } else { "Bind" };
             ctx.event(&snap.claim.object_ref(&()), true, reason, action, message.to_owned()).await;
         }
@@ -770,13 +859,7 @@ fn store_status(
     status
 }
 
-async fn record<R>(
-    ctx: &Context<R>,
-    snap: &mut Snapshot,
-    view: &ClaimView,
-    pod: &PodView,
-    store: Option<&cnpool_core::model::StoreView>,
-) -> Result<Next, Error> {
+async fn record<R>(ctx: &Context<R>, snap: &mut Snapshot, view: &ClaimView, pod: &PodView) -> Result<Next, Error> {
     let mut updated = snap.claim.clone();
     // The pointer names what the claim holds. It can name another pod only
     // after a race (a reconcile on a stale claim adopted the other of two
@@ -786,18 +869,11 @@ async fn record<R>(
     if updated.spec.pool_name.is_empty() {
         updated.spec.pool_name = pod.pool.clone().unwrap_or_default();
     }
-    if updated.spec != snap.claim.spec {
-        match replace(ctx, &updated).await? {
-            Some(written) => snap.claim = written,
-            None => return Ok(changed_since_read(ctx, &snap.claim)),
-        }
+    if !view.has_finalizer {
+        updated.finalizers_mut().push(labels::CLAIM_FINALIZER.to_owned());
     }
-    let mut updated = snap.claim.clone();
-    let registry = pod.store_uuid.as_deref().and_then(|uuid| ctx.store(uuid).1);
-    let status = updated.status.get_or_insert_with(CNClaimStatus::default);
-    status.store = Some(store_status(pod, store, registry.as_ref()));
-    status.phase.get_or_insert(ClaimPhase::Pending);
-    match replace_status(ctx, &updated).await? {
+    updated.annotations_mut().insert(labels::RECORDED_POD.to_owned(), format!("{}/{}", pod.name, pod.uid));
+    match replace(ctx, &updated).await? {
         Some(written) => {
             tracing::info!(claim = %view.name, pod = %pod.name, "claim recorded its pod");
             snap.claim = written;
@@ -834,6 +910,7 @@ async fn mark_bound<R>(
     ctx: &Context<R>,
     snap: &mut Snapshot,
     view: &ClaimView,
+    held: Option<&PodView>,
     store: Option<&cnpool_core::model::StoreView>,
 ) -> Result<bool, Error> {
     let mut updated = snap.claim.clone();
@@ -845,13 +922,15 @@ async fn mark_bound<R>(
     let bound_at = Time(now);
     let first_bind = status.bound_time.is_none();
     status.bound_time.get_or_insert_with(|| bound_at.clone());
-    if let Some(recorded) = status.store.as_mut() {
-        recorded.bound_time.get_or_insert(bound_at);
-        if let Some(store) = store {
-            recorded.work_state = Some(store.work_state.code());
-            recorded.labels =
-                store.labels.iter().map(|(key, values)| CNLabel { key: key.clone(), values: values.clone() }).collect();
-        }
+    if let Some(pod) = held {
+        // The store of the pod held; the time it was first shown Bound to
+        // that very pod is kept.
+        let registry = pod.store_uuid.as_deref().and_then(|uuid| ctx.store(uuid).1);
+        let same_pod = status.store.as_ref().is_some_and(|shown| shown.pod_uid.as_deref() == Some(pod.uid.as_str()));
+        let shown_since = status.store.as_ref().and_then(|shown| shown.bound_time.clone()).filter(|_| same_pod);
+        let mut shown = store_status(pod, store, registry.as_ref());
+        shown.bound_time = Some(shown_since.unwrap_or(bound_at));
+        status.store = Some(shown);
     }
     let message = format!("bound to pod {pod_name}, whose CN store serves the claim's labels");
     set_condition(status, BOUND_CONDITION, "True", "Bound", &message, snap.claim.metadata.generation, now);

@@ -175,6 +175,10 @@ fn member_claim(set: &CNClaimSet, new: &NewMember) -> CNClaim {
             labels: Some(member_labels),
             annotations: (!meta.annotations.is_empty()).then_some(meta.annotations),
             owner_references: set.controller_owner_ref(&()).map(|owner| vec![owner]),
+            // Born with the claim finalizer: a member the set deletes at once
+            // (a scale-in, a surge ending) still releases what it took, before
+            // the set may create another under its name.
+            finalizers: Some(vec![labels::CLAIM_FINALIZER.to_owned()]),
             ..ObjectMeta::default()
         },
         spec,

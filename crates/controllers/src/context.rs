@@ -12,7 +12,7 @@ use cnpool_api::CNClaim;
 use cnpool_core::model::{ObservedStore, PoolView, StoreView};
 use cnpool_registry::CnStore;
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 use kube::api::ApiResource;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 
@@ -168,6 +168,10 @@ pub struct Context<R> {
     /// Claims as this process last wrote them, for reconciles whose cache
     /// lags behind those writes.
     pub(crate) claim_writes: OwnWrites<CNClaim>,
+    /// Pods as the claim controller's own writes left them (acquire,
+    /// release, rewrite): their watch events do not wake the claim that
+    /// wrote them.
+    pub(crate) claim_pod_writes: OwnWrites<Pod>,
     recorder: Recorder,
 }
 
@@ -234,6 +238,7 @@ impl<R> Context<R> {
         Self {
             wake: Wakers::new(config.wake_interval, config.pool_wake_interval),
             claim_writes: OwnWrites::new(config.requeue_max),
+            claim_pod_writes: OwnWrites::new(config.requeue_max),
             recorder: Recorder::new(client.clone(), reporter),
             client,
             registry,

@@ -288,6 +288,7 @@ mod tests {
             phase: None,
             recorded_pod_uid: None,
             recorded_pod_name: None,
+            status_pod_uid: None,
             bound_time: None,
             cn_labels: Default::default(),
             additional_pod_labels: [("team".to_string(), "a".to_string())].into_iter().collect(),

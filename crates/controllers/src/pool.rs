@@ -162,7 +162,11 @@ pub async fn reconcile<R: StoreRegistry + 'static>(pool: Arc<CNPool>, ctx: Arc<C
         updated.finalizers_mut().push(labels::POOL_FINALIZER.to_owned());
         return match pools.replace(&name, &PostParams::default(), &updated).await {
             Ok(_) => Ok(Action::await_change()),
-            Err(error) if is_stale(&error) || is_not_found(&error) => Ok(Action::requeue(ctx.config.requeue_min)),
+            // Another replica added it first, or this cache lags: the watch
+            // brings the pool with its finalizer.
+            Err(error) if is_stale(&error) || is_not_found(&error) => {
+                Ok(Action::requeue(ctx.refused(Kind::Pool, &key)))
+            }
             Err(error) => Err(Error::kube("add finalizer to", format!("CNPool {namespace}/{name}"), error)),
         };
     }
@@ -460,7 +464,9 @@ async fn remove_finalizer<R>(ctx: &Context<R>, pool: &CNPool) -> Result<Action, 
             ctx.metrics.pool_observed(&namespace, &name, None);
             Ok(Action::await_change())
         }
-        Err(error) if is_stale(&error) || is_not_found(&error) => Ok(Action::requeue(ctx.config.requeue_min)),
+        Err(error) if is_stale(&error) || is_not_found(&error) => {
+            Ok(Action::requeue(ctx.refused(Kind::Pool, &(namespace, name))))
+        }
         Err(error) => Err(Error::kube("remove finalizer from", format!("CNPool {namespace}/{name}"), error)),
     }
 }

@@ -14,7 +14,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
 
-use crate::cache::{Change, controlling_set, key_of};
+use crate::cache::{Change, Key, controlling_set, key_of};
 use crate::context::{Context, Kind};
 
 /// The receiving ends, taken once by [`crate::run`].
@@ -70,6 +70,18 @@ impl Wakers {
         self.claims.wake(namespace, name);
     }
 
+    /// The claim waits for its pod's CN store to serve: the next change of
+    /// that store ([`Wakers::claim_store_changed`]) is not held back.
+    pub fn expect_claim(&self, namespace: &str, name: &str) {
+        self.claims.expect(namespace, name);
+    }
+
+    /// The CN store of the claim's pod changed: a wake like any other,
+    /// unless the claim waits for just that, when it goes at once.
+    pub fn claim_store_changed(&self, namespace: &str, name: &str) {
+        self.claims.wake_expected(namespace, name);
+    }
+
     pub fn pool(&self, namespace: &str, name: &str) {
         self.pools.wake(namespace, name);
     }
@@ -120,6 +132,9 @@ struct Throttled<K: kube::Resource<DynamicType = ()>> {
 #[derive(Default)]
 struct WakeTimes {
     by_object: BTreeMap<(String, String), LastWake>,
+    /// Objects whose next wake is one a reconcile said it waits for, and
+    /// since when.
+    expected: BTreeMap<(String, String), tokio::time::Instant>,
     since_pruned: usize,
     /// Orders wakes and reconcile starts (virtual time has many at once).
     sequence: u64,
@@ -138,6 +153,9 @@ struct LastWake {
 
 /// Wakes between two sweeps of the objects not woken within the interval.
 const PRUNE_EVERY: usize = 4096;
+/// How long an expected wake is remembered (a claim deleted while it
+/// waited is never woken).
+const EXPECTED_FOR: Duration = Duration::from_secs(600);
 
 impl<K: kube::Resource<DynamicType = ()> + 'static> Throttled<K> {
     fn new(sender: UnboundedSender<ObjectRef<K>>, interval: Duration) -> Self {
@@ -153,6 +171,7 @@ impl<K: kube::Resource<DynamicType = ()> + 'static> Throttled<K> {
         if wakes.since_pruned >= PRUNE_EVERY {
             let interval = self.interval;
             wakes.by_object.retain(|_, last| last.held || now < last.at + interval);
+            wakes.expected.retain(|_, since| now < *since + EXPECTED_FOR);
             wakes.since_pruned = 0;
         }
         wakes.sequence += 1;
@@ -188,6 +207,32 @@ impl<K: kube::Resource<DynamicType = ()> + 'static> Throttled<K> {
                 let _ = sender.unbounded_send(object);
             }
         });
+    }
+
+    /// A wake that goes at once if a reconcile said it waits for it.
+    fn wake_expected(&self, namespace: &str, name: &str) {
+        let key = (namespace.to_owned(), name.to_owned());
+        let mut wakes = self.wakes.lock().unwrap_or_else(PoisonError::into_inner);
+        if wakes.expected.remove(&key).is_none() {
+            drop(wakes);
+            return self.wake(namespace, name);
+        }
+        wakes.sequence += 1;
+        let (changed, now) = (wakes.sequence, tokio::time::Instant::now());
+        // A wake held back meanwhile is then spent by the reconcile this one
+        // starts, which sees its change.
+        match wakes.by_object.get_mut(&key) {
+            Some(last) if last.held => last.changed = changed,
+            _ => {
+                wakes.by_object.insert(key, LastWake { at: now, held: false, changed, reconciled: 0 });
+            }
+        }
+        let _ = self.sender.unbounded_send(ObjectRef::new(name).within(namespace));
+    }
+
+    fn expect(&self, namespace: &str, name: &str) {
+        let mut wakes = self.wakes.lock().unwrap_or_else(PoisonError::into_inner);
+        wakes.expected.insert((namespace.to_owned(), name.to_owned()), tokio::time::Instant::now());
     }
 
     fn reconciling(&self, namespace: &str, name: &str) {
@@ -283,7 +328,11 @@ pub fn pod_changed<R>(ctx: &Context<R>, change: Change<'_, Pod>) {
         }
     }
     if changed(change, claim_facts) {
-        wake_claims_of(ctx, &namespace, &name, [old, new].into_iter().flatten());
+        // A version the claim controller wrote is no news to the claim whose
+        // reconcile wrote it (the pod's owner before or after): it went on
+        // from what the write returned.
+        let echo = new.is_some_and(|pod| ctx.claim_pod_writes.made(pod));
+        wake_claims_of(ctx, &namespace, &name, [old, new].into_iter().flatten(), echo);
         let became_idle = new.and_then(|pod| label(pod, labels::PHASE)) == Some("Idle")
             && old.and_then(|pod| label(pod, labels::PHASE)) != Some("Idle");
         if became_idle && let Some(pool) = new.and_then(|pod| label(pod, labels::POOL_NAME)) {
@@ -293,12 +342,22 @@ pub fn pod_changed<R>(ctx: &Context<R>, change: Change<'_, Pod>) {
 }
 
 /// Wakes the claims that point at the pod `namespace/name` or own one of
-/// its versions `seen`.
-fn wake_claims_of<'a, R>(ctx: &Context<R>, namespace: &str, name: &str, seen: impl Iterator<Item = &'a Arc<Pod>>) {
+/// its versions `seen`; with `but_owners`, not those that own one.
+fn wake_claims_of<'a, R>(
+    ctx: &Context<R>,
+    namespace: &str,
+    name: &str,
+    seen: impl Iterator<Item = &'a Arc<Pod>>,
+    but_owners: bool,
+) {
     let mut claims: BTreeSet<String> = ctx.claims.pointing_at(namespace, name);
     for uid in seen.filter_map(|pod| label(pod, labels::CLAIM_UID)) {
         if let Some(claim) = ctx.claims.by_uid(uid) {
-            claims.insert(claim.name_any());
+            if but_owners {
+                claims.remove(&claim.name_any());
+            } else {
+                claims.insert(claim.name_any());
+            }
         }
     }
     for claim in &claims {
@@ -313,7 +372,7 @@ pub fn node_changed<R>(ctx: &Context<R>, node: &str) -> usize {
     let mut pools: BTreeSet<(String, &str)> = BTreeSet::new();
     for pod in &pods {
         let (namespace, name) = key_of(pod.as_ref());
-        wake_claims_of(ctx, &namespace, &name, std::iter::once(pod));
+        wake_claims_of(ctx, &namespace, &name, std::iter::once(pod), false);
         if let Some(pool) = label(pod, labels::POOL_NAME) {
             pools.insert((namespace, pool));
         }
@@ -368,6 +427,7 @@ pub fn claim_changed<R>(ctx: &Context<R>, (old, new): Change<'_, CNClaim>) {
             claim.metadata.finalizers.clone(),
             claim.metadata.deletion_timestamp.is_some(),
             claim.metadata.labels.clone(),
+            claim.annotations().get(labels::RECORDED_POD).cloned(),
             claim.status.clone(),
             claim.spec.clone(),
         )
@@ -379,7 +439,9 @@ pub fn claim_changed<R>(ctx: &Context<R>, (old, new): Change<'_, CNClaim>) {
     if !differs {
         return;
     }
-    if new.is_some() {
+    // The echo of this process's own write: the reconcile that wrote it
+    // went on from what the write returned.
+    if new.is_some_and(|new| !ctx.claim_writes.made(new)) {
         ctx.wake.claim(&namespace, &name);
     }
     // The set it belongs to counts it, orders it for scale-in and reports
@@ -480,9 +542,13 @@ pub fn claim_set_changed<R>(ctx: &Context<R>, (old, new): Change<'_, CNClaimSet>
 /// and the claims waiting for one (an Idle pod whose store this process had
 /// not listed yet was not offered to them; nothing else wakes them when it
 /// is, and a claim that has waited long sleeps for up to `requeue_max`).
-pub fn store_changed<R>(ctx: &Context<R>, uuid: &str) {
+/// The CN store `uuid` changed (in a listing, or by the write of the pod
+/// `written_for`, whose reconcile needs no wake for it).
+pub fn store_changed<R>(ctx: &Context<R>, uuid: &str, written_for: Option<&Key>) {
     for (namespace, name) in ctx.pods.with_store(uuid) {
-        ctx.wake.pod(&namespace, &name);
+        if written_for.is_none_or(|(of_namespace, of_name)| (of_namespace, of_name) != (&namespace, &name)) {
+            ctx.wake.pod(&namespace, &name);
+        }
         let Some(pod) = ctx.pods.get(&(namespace.clone(), name)) else { continue };
         if label(&pod, labels::PHASE) == Some("Idle")
             && let Some(pool) = label(&pod, labels::POOL_NAME)
@@ -491,7 +557,7 @@ pub fn store_changed<R>(ctx: &Context<R>, uuid: &str) {
             wake_waiting_claims(ctx, &namespace, pool);
         }
         if let Some(claim) = label(&pod, labels::CLAIM_UID).and_then(|uid| ctx.claims.by_uid(uid)) {
-            ctx.wake.claim(&namespace, &claim.name_any());
+            ctx.wake.claim_store_changed(&namespace, &claim.name_any());
         }
     }
 }

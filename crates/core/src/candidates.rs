@@ -15,6 +15,7 @@ use std::cmp::Reverse;
 
 use cnpool_api::PodPhase;
 use cnpool_api::selector::selector_matches;
+use jiff::Timestamp;
 
 use crate::model::{ClaimView, PodView, PoolView};
 
@@ -97,6 +98,14 @@ pub fn eligibility(claim: &ClaimView, pod: &PodView, pools: &[PoolView]) -> Resu
     check(selector_matches(&claim.selector, &pod.labels), Ineligible::SelectorMismatch)
 }
 
+/// Where a pod stands among a pool's pods once a claim's previous pods are
+/// taken: oldest first by full creation time, then by name, then by UID.
+/// The operator's index keeps Idle pods in this order, so that a claim reads
+/// only the first few.
+pub fn age_rank(pod: &PodView) -> (Timestamp, &str, &str) {
+    (pod.created, pod.name.as_str(), pod.uid.as_str())
+}
+
 /// The pods of `pods` that `claim` may acquire, best first.
 pub fn rank_candidates<'a>(
     claim: &ClaimView,
@@ -106,7 +115,7 @@ pub fn rank_candidates<'a>(
     let mut candidates: Vec<&PodView> = pods.into_iter().filter(|pod| eligibility(claim, pod, pools).is_ok()).collect();
     candidates.sort_by_key(|pod| {
         let previous_owner = claim.owner_name.is_some() && pod.last_owner == claim.owner_name;
-        (Reverse(previous_owner), pod.created, pod.name.as_str(), pod.uid.as_str())
+        (Reverse(previous_owner), age_rank(pod))
     });
     candidates
 }

@@ -10,7 +10,9 @@
 //! Terms: a pod is **ours** when its `claim-uid` label is the claim's UID.
 //! The claim **holds** the pods that are ours, except the pod it migrates
 //! away from (`spec.sourcePod`), which a claim never takes back. The claim's
-//! **record** is the pod whose UID `status.store.podUID` names; a claim the
+//! **record** is the pod its `pool.matrixorigin.io/recorded-pod` annotation
+//! names (name and UID), or, without it, the one `status.store.podUID`
+//! names (a claim an older cnpool recorded); a claim the
 //! Go operator wrote (phase Bound or Outdated, `status.store.string` set, no
 //! UID) has recorded that pod by name. **Eligible** is defined in
 //! [`crate::candidates`].
@@ -22,7 +24,7 @@
 //! | 1 | is deleting and has no finalizer | `InSync`: nothing is left to do |
 //! | 2 | is deleting; input read from the cache | `ConfirmFinalize`: list its pods live, call again |
 //! | 3 | is deleting; input read live | `Finalize`: release every pod that is ours (the source too), then drop the finalizer |
-//! | 4 | has no finalizer | `AddFinalizer` (so before its first acquire) |
+//! | 4 | has no finalizer; the step rows 5–20 name is not `Acquire`, `AcquirePreBound` or `Record` | `AddFinalizer` |
 //! | 5c | holds two pods or more; cache | `ConfirmRecord` |
 //! | 5 | the same, read live | `Adopt`: keep the one `spec.podName` names, else the lowest name; release the rest |
 //! | 6 | holds none; the pod `spec.podName` names is Bound, `claimed-by` this claim, without `claim-uid`, and not of another UID than recorded | `AdoptLegacy` |
@@ -39,7 +41,7 @@
 //! | 16 | the same, read live | `MarkLost(reason)`, releasing that pod (retiring it if failed or its store is missing) |
 //! | 17 | holds its recorded pod, which is not phase Bound or whose binding annotation or additional labels differ from the spec | `RewriteBinding` |
 //! | 18 | holds its recorded pod; its store is not observed Working with exactly the claim's CN labels (missing within the bound, or HAKeeper not asked) | `WaitForStore` |
-//! | 19 | holds its recorded pod, whose store serves; phase not Bound/Outdated | `MarkBound` |
+//! | 19 | holds its recorded pod, whose store serves; phase not Bound/Outdated, or `status.store` describes another pod or none | `MarkBound`: phase Bound and the pod's store in status, one write |
 //! | 20c | holds its recorded pod, whose store serves, which carries `matrixorigin.io/store-cordon` or runs on a cordoned node (`spec.unschedulable`); phase Bound or Outdated; no `sourcePod` | `StartMigration(Cordoned)`: `sourcePod` = that pod, `spec.podName` removed (cnpool picks the target) |
 //! | 20o | the same pod, not cordoned, of an old template of its pool by its revision label (or labelled outdated); phase Bound | `MarkOutdated` |
 //! | 20u | the same pod, of its pool's current template; phase Outdated | `MarkBound` |
@@ -168,9 +170,11 @@ pub enum ClaimStep<'a> {
         /// Eligible pods, best first.
         candidates: Vec<&'a PodView>,
     },
-    /// Record the held pod: `spec.podName` (set to it even when it named
-    /// another pod, which the claim does not hold), `nodeName`,
-    /// `poolName`, and in status its store, UID, name and bound time.
+    /// Record the held pod, in one write of the claim's metadata and spec:
+    /// the `recorded-pod` annotation, `spec.podName` (set to it even when it
+    /// named another pod, which the claim does not hold), `nodeName`,
+    /// `poolName`, and the claim's finalizer when it has none yet. The
+    /// status describes the pod from `MarkBound` on.
     Record(&'a PodView),
     /// Rewrite phase Bound, the binding annotation and the claim's
     /// additional labels on a pod the claim owns (guarded by its UID).
@@ -363,9 +367,22 @@ pub fn next_claim_step<'a>(input: &ClaimInput<'a, '_>) -> ClaimStep<'a> {
     if claim.deleting {
         return finalize(input);
     }
-    if !claim.has_finalizer {
-        return ClaimStep::AddFinalizer;
+    let step = step_of_live_claim(input);
+    // A claim that holds nothing yet acquires before it has its finalizer,
+    // which `Record` then writes with the pointer: one write, not two. A pod
+    // acquired for a claim deleted before that write carries the UID of no
+    // claim, and the orphan sweep releases it. Any other step (one that
+    // releases, adopts or marks Lost) needs the finalizer first.
+    match step {
+        ClaimStep::Acquire { .. } | ClaimStep::AcquirePreBound(_) | ClaimStep::Record(_) => step,
+        _ if !claim.has_finalizer => ClaimStep::AddFinalizer,
+        _ => step,
     }
+}
+
+/// Rows 5–20: the step of a claim not being deleted.
+fn step_of_live_claim<'a>(input: &ClaimInput<'a, '_>) -> ClaimStep<'a> {
+    let claim = input.claim;
     let held: Vec<&PodView> = ours(input).into_iter().filter(|pod| !claim.is_source(&pod.name)).collect();
     match held.as_slice() {
         [] => bind(input),
@@ -538,6 +555,12 @@ fn sync<'a>(input: &ClaimInput<'a, '_>, pod: &'a PodView) -> ClaimStep<'a> {
     }
     if !store_serves(claim, input.store) {
         return ClaimStep::WaitForStore(missing_store_left(input, pod));
+    }
+    // The status describes the pod once its store serves, in the write that
+    // shows the claim Bound (a migration's target: the write that moves the
+    // status from the source to it).
+    if claim.status_pod_uid.as_deref() != Some(pod.uid.as_str()) {
+        return ClaimStep::MarkBound;
     }
     match claim.phase {
         Some(ClaimPhase::Bound | ClaimPhase::Outdated) if claim.source_pod.is_some() => migrate(input, pod),

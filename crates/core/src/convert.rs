@@ -106,6 +106,15 @@ pub fn claim_view(claim: &CNClaim) -> Result<ClaimView, ConvertError> {
     let status = claim.status.as_ref();
     let store = status.and_then(|status| status.store.as_ref());
     let bound_time = status.and_then(|status| status.bound_time.as_ref()).or(store.and_then(|s| s.bound_time.as_ref()));
+    let status_pod_uid = store.and_then(|store| store.pod_uid.as_deref()).and_then(non_empty);
+    // A value not of the form `name/uid` (edited by hand) records nothing,
+    // and the claim falls back on its status.
+    let recorded = meta
+        .annotations
+        .as_ref()
+        .and_then(|annotations| annotations.get(labels::RECORDED_POD))
+        .and_then(|value| value.split_once('/'))
+        .filter(|(name, uid)| !name.is_empty() && !uid.is_empty());
     Ok(ClaimView {
         name: required(meta.name.as_ref(), "CNClaim", "metadata.name")?,
         uid: required(meta.uid.as_ref(), "CNClaim", "metadata.uid")?,
@@ -117,8 +126,12 @@ pub fn claim_view(claim: &CNClaim) -> Result<ClaimView, ConvertError> {
         pod_name: non_empty(&spec.pod_name),
         source_pod: spec.source_pod.as_ref().and_then(|source| non_empty(&source.pod_name)),
         phase: claim.phase(),
-        recorded_pod_uid: store.and_then(|store| store.pod_uid.as_deref()).and_then(non_empty),
-        recorded_pod_name: store.and_then(|store| store.pod_name()).and_then(non_empty),
+        recorded_pod_uid: recorded.map(|(_, uid)| uid.to_owned()).or_else(|| status_pod_uid.clone()),
+        recorded_pod_name: match recorded {
+            Some((name, _)) => non_empty(name),
+            None => store.and_then(|store| store.pod_name()).and_then(non_empty),
+        },
+        status_pod_uid,
         bound_time: bound_time.map(|time| time.0),
         cn_labels: cn_label_map(&spec.cn_labels),
         additional_pod_labels: spec.additional_pod_labels.clone(),

@@ -103,10 +103,13 @@ pub struct ClaimView {
     pub source_pod: Option<String>,
     /// `status.phase`.
     pub phase: Option<ClaimPhase>,
-    /// `status.store.podUID`: the UID of the pod the claim recorded.
+    /// The UID of the pod the claim recorded: its `recorded-pod` annotation's,
+    /// else `status.store.podUID` (a claim an older cnpool recorded).
     pub recorded_pod_uid: Option<String>,
-    /// `status.store.podName`, or the Go operator's `status.store.string`.
+    /// The name in the same place, or the Go operator's `status.store.string`.
     pub recorded_pod_name: Option<String>,
+    /// `status.store.podUID`: the pod the claim's status describes.
+    pub status_pod_uid: Option<String>,
     /// `status.boundTime`.
     pub bound_time: Option<Timestamp>,
     /// `spec.cnLabels` as HAKeeper's label map.

@@ -85,6 +85,7 @@ pub fn claim() -> ClaimView {
         phase: Some(ClaimPhase::Pending),
         recorded_pod_uid: None,
         recorded_pod_name: None,
+        status_pod_uid: None,
         bound_time: None,
         cn_labels: store_labels(&[("account", &["acme"])]),
         additional_pod_labels: labels(&[("team", "blue")]),
@@ -118,6 +119,7 @@ pub fn recording(claim: ClaimView, pod: &PodView, phase: ClaimPhase) -> ClaimVie
         pod_name: Some(pod.name.clone()),
         recorded_pod_uid: Some(pod.uid.clone()),
         recorded_pod_name: Some(pod.name.clone()),
+        status_pod_uid: Some(pod.uid.clone()),
         phase: Some(phase),
         ..claim
     }
@@ -218,7 +220,7 @@ pub fn any_claim() -> impl Strategy<Value = ClaimView> {
     let names = || maybe(&POD_NAMES.map(String::from));
     let phases = maybe(&[ClaimPhase::Pending, ClaimPhase::Bound, ClaimPhase::Lost, ClaimPhase::Outdated]);
     let pointer = proptest::sample::select(vec![0, 0, 1, 2]);
-    let flags = proptest::collection::vec(any::<bool>(), 4);
+    let flags = proptest::collection::vec(any::<bool>(), 5);
     let lifecycle = (proptest::bool::weighted(0.15), proptest::bool::weighted(0.1));
     (any_record(), pointer, names(), proptest::option::weighted(0.2, names()), phases, flags, lifecycle).prop_map(
         |((recorded_uid, recorded_name), pointer, other_name, source_pod, phase, flags, (deleting, unfinalized))| {
@@ -238,6 +240,9 @@ pub fn any_claim() -> impl Strategy<Value = ClaimView> {
                 pod_name,
                 source_pod: source_pod.flatten(),
                 phase,
+                // The status usually describes the recorded pod; a claim
+                // recorded but not yet Bound has no status of it.
+                status_pod_uid: recorded_uid.clone().filter(|_| flags[4]),
                 recorded_pod_uid: recorded_uid,
                 recorded_pod_name: recorded_name,
                 ..claim()

@@ -1,8 +1,8 @@
-//! CNClaim: a valid spec, and `spec.podName` changes only as the binding
-//! protocol defines them (DESIGN §2).
+//! CNClaim: a valid spec, and `spec.podName` (with the operator's record of
+//! the pod held) changes only as the binding protocol defines them (DESIGN §2).
 
 use cnpool_api::validation::validate_claim_spec;
-use cnpool_api::{CNClaim, ClaimPhase};
+use cnpool_api::{CNClaim, ClaimPhase, labels};
 use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse};
 
@@ -47,7 +47,9 @@ impl OperatorIdentity {
 ///   migration).
 ///
 /// No new migration starts while one is under way, and `spec.sourcePod` is
-/// never set without the podName change that starts the migration.
+/// never set without the podName change that starts the migration. The
+/// `pool.matrixorigin.io/recorded-pod` annotation, the operator's record of
+/// the pod the claim holds, is changed by the operator alone.
 pub fn review_claim(operator: &OperatorIdentity, request: &AdmissionRequest<DynamicObject>) -> AdmissionResponse {
     answer(request, claim_change(operator, request))
 }
@@ -58,6 +60,7 @@ fn claim_change(operator: &OperatorIdentity, request: &Request) -> Result<(), Re
         Change::Update { old, new } => {
             introduced_errors(validate_claim_spec, Some(&old.spec), &new.spec)?;
             let username = request.user_info.username.as_deref().unwrap_or_default();
+            recorded_pod_change(operator, username, &old, &new).map_err(Refusal::Forbidden)?;
             pod_name_change(operator, username, &old, &new).map_err(Refusal::Forbidden)
         }
         Change::Other => Ok(()),
@@ -66,6 +69,28 @@ fn claim_change(operator: &OperatorIdentity, request: &Request) -> Result<(), Re
 
 fn source(claim: &CNClaim) -> Option<&str> {
     claim.spec.source_pod.as_ref().map(|source| source.pod_name.as_str()).filter(|name| !name.is_empty())
+}
+
+fn recorded_pod(claim: &CNClaim) -> Option<&String> {
+    claim.metadata.annotations.as_ref().and_then(|annotations| annotations.get(labels::RECORDED_POD))
+}
+
+/// The operator's record of the pod a claim holds is the operator's alone.
+fn recorded_pod_change(
+    operator: &OperatorIdentity,
+    username: &str,
+    old: &CNClaim,
+    new: &CNClaim,
+) -> Result<(), String> {
+    if recorded_pod(old) == recorded_pod(new) || username == operator.username {
+        return Ok(());
+    }
+    Err(format!(
+        "metadata.annotations[{key}]: only the operator ({operator}) writes it, not user \"{username}\"; it records \
+         which pod the claim holds: leave it as it is (to move the claim, migrate it with spec.sourcePod)",
+        key = labels::RECORDED_POD,
+        operator = operator.username,
+    ))
 }
 
 fn pod_name_change(operator: &OperatorIdentity, username: &str, old: &CNClaim, new: &CNClaim) -> Result<(), String> {
@@ -263,6 +288,26 @@ mod tests {
              both in one write: spec.sourcePod.podName to the current pod and spec.podName to the target (or empty \
              to let the operator choose)",
         );
+    }
+
+    #[test]
+    fn only_the_operator_writes_the_recorded_pod_annotation() {
+        let recorded = |value: Option<&str>| {
+            let mut bound = claim("pool-a-1", None, Some("Bound"));
+            if let Some(value) = value {
+                bound["metadata"]["annotations"] = json!({"pool.matrixorigin.io/recorded-pod": value});
+            }
+            bound
+        };
+        let message = "metadata.annotations[pool.matrixorigin.io/recorded-pod]: only the operator \
+                       (system:serviceaccount:cnpool:cnpool) writes it, not user \"alice\"; it records which pod the \
+                       claim holds: leave it as it is (to move the claim, migrate it with spec.sourcePod)";
+        let (held, other) = (recorded(Some("pool-a-1/uid-1")), recorded(Some("pool-a-2/uid-2")));
+        assert_allowed(&update(recorded(None), held.clone(), OPERATOR));
+        assert_allowed(&update(held.clone(), held.clone(), USER));
+        assert_refused(&update(held.clone(), other, USER), 403, message);
+        assert_refused(&update(held.clone(), recorded(None), USER), 403, message);
+        assert_refused(&update(recorded(None), held, USER), 403, message);
     }
 
     #[test]

@@ -171,6 +171,16 @@ fn the_finalizer_comes_first() {
     assert_eq!(world.step(), ClaimStep::AddFinalizer);
 }
 
+#[test]
+fn a_new_claim_acquires_before_its_finalizer_and_records_it_with_the_pointer() {
+    let new = ClaimView { has_finalizer: false, ..claim() };
+    let world = World::new(new.clone()).with_pod(idle_pod("spare", 1));
+    assert_eq!(world.step(), ClaimStep::Acquire { candidates: vec![world.pod("spare")] });
+    let held = bound_to(&new, idle_pod("spare", 1));
+    let world = World::new(new).holding(held);
+    assert_eq!(world.step(), ClaimStep::Record(world.pod("spare")), "the record write adds the finalizer");
+}
+
 // Row 5.
 #[test]
 fn adopt_keeps_the_named_pod_and_releases_the_others() {
@@ -653,6 +663,21 @@ fn a_serving_store_makes_the_claim_bound() {
     assert_eq!(settled(ClaimPhase::Lost).store(serving).step(), ClaimStep::MarkBound, "still ours and healthy");
 }
 
+#[test]
+fn a_recorded_pod_is_shown_in_status_once_its_store_serves() {
+    let serving = Seen::Registered(serving_store(&claim()));
+    for phase in [ClaimPhase::Bound, ClaimPhase::Outdated] {
+        let world = settled(phase).store(serving.clone());
+        let unshown = World { claim: ClaimView { status_pod_uid: None, ..world.claim.clone() }, ..world.clone() };
+        assert_eq!(unshown.step(), ClaimStep::MarkBound, "{phase:?}");
+        let another = ClaimView { status_pod_uid: Some("uid-source".into()), ..world.claim.clone() };
+        assert_eq!(World { claim: another, ..world }.step(), ClaimStep::MarkBound, "{phase:?}");
+    }
+    let waiting = settled(ClaimPhase::Bound);
+    let waiting = World { claim: ClaimView { status_pod_uid: None, ..waiting.claim.clone() }, ..waiting };
+    assert_eq!(waiting.step(), ClaimStep::WaitForStore(None), "not before it serves");
+}
+
 // Row 20.
 #[test]
 fn a_bound_claim_whose_store_serves_costs_nothing() {
@@ -755,6 +780,7 @@ proptest! {
             phase: Some(ClaimPhase::Pending),
             recorded_pod_uid: None,
             recorded_pod_name: None,
+            status_pod_uid: None,
             ..world.claim.clone()
         };
         let request = World { claim: request, owned: vec![], ..world.clone() };
@@ -822,6 +848,25 @@ proptest! {
             for pod in world.owned.iter().filter(|pod| ours(&world, pod)) {
                 prop_assert!(release.iter().any(|release| release.pod.uid == pod.uid), "kept {pod:?}");
             }
+        }
+    }
+
+    #[test]
+    fn without_its_finalizer_a_claim_only_takes_and_records_a_pod(world in any_world()) {
+        // Anything else (releasing, adopting, losing, migrating) would leave
+        // pods behind if the claim were deleted meanwhile.
+        if !world.claim.has_finalizer && !world.claim.deleting {
+            let step = world.step();
+            prop_assert!(
+                matches!(
+                    step,
+                    ClaimStep::AddFinalizer
+                        | ClaimStep::Acquire { .. }
+                        | ClaimStep::AcquirePreBound(_)
+                        | ClaimStep::Record(_)
+                ),
+                "{step:?}"
+            );
         }
     }
 

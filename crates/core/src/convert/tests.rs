@@ -129,6 +129,28 @@ fn reads_a_claim_the_go_operator_wrote() {
 }
 
 #[test]
+fn the_recorded_pod_annotation_wins_over_the_status_and_a_malformed_one_is_ignored() {
+    let claim = |annotation: &str| -> CNClaim {
+        serde_json::from_value(json!({
+            "apiVersion": "core.matrixorigin.io/v1alpha1", "kind": "CNClaim",
+            "metadata": {"name": "claim", "uid": "u", "annotations": {"pool.matrixorigin.io/recorded-pod": annotation}},
+            "spec": {"podName": "target", "selector": {}},
+            "status": {"phase": "Bound", "store": {"podName": "source", "podUID": "source-uid"}}
+        }))
+        .unwrap()
+    };
+    let view = claim_view(&claim("target/target-uid")).unwrap();
+    assert_eq!(view.recorded_pod_uid.as_deref(), Some("target-uid"));
+    assert_eq!(view.recorded_pod_name.as_deref(), Some("target"));
+    assert_eq!(view.status_pod_uid.as_deref(), Some("source-uid"), "the status still shows the source");
+    for malformed in ["target", "/uid", "target/"] {
+        let view = claim_view(&claim(malformed)).unwrap();
+        assert_eq!(view.recorded_pod_uid.as_deref(), Some("source-uid"), "{malformed}");
+        assert_eq!(view.recorded_pod_name.as_deref(), Some("source"), "{malformed}");
+    }
+}
+
+#[test]
 fn a_claim_without_cnpools_finalizer_says_so() {
     let mut claim = CNClaim::new("claim", Default::default());
     claim.metadata.uid = Some("u".into());
