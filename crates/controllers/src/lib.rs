@@ -337,7 +337,8 @@ where
         ),
         store::poll_registry(ctx.clone(), shutdown.clone()),
     );
-    let informers = futures::future::join(informers, nodes::watch(ctx.clone(), shutdown)).map(drop).boxed();
+    let stats = store::poll_stats(ctx.clone(), shutdown.clone());
+    let informers = futures::future::join3(informers, stats, nodes::watch(ctx.clone(), shutdown)).map(drop).boxed();
     let triggers = ctx.wake.take_receivers();
     Wiring { ctx, informers, pods, claims, pools, claim_sets, triggers }
 }

@@ -23,6 +23,7 @@ use cnpool_core::claim::AfterRelease;
 use cnpool_core::model::{PodView, PoolView, StoreView};
 use cnpool_core::store::{PodTransition, StoreWrite, drain_recheck, plan_store};
 use cnpool_registry::{CnStore, RegistryError, StoreLabels, StoreRegistry, Workload};
+use futures::StreamExt;
 use futures::future::{BoxFuture, Shared};
 use k8s_openapi::api::core::v1::{Pod, PodCondition};
 use kube::api::{Api, ListParams, Patch, PatchParams};
@@ -30,7 +31,7 @@ use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
-use crate::cache::key_of;
+use crate::cache::{Key, key_of};
 use crate::context::{Context, Kind};
 use crate::error::{Error, is_not_found, is_stale};
 use crate::ownership::{self, Outcome, Transition};
@@ -56,9 +57,56 @@ pub async fn poll_registry<R: StoreRegistry>(ctx: Arc<Context<R>>, shutdown: Sha
 /// store changed since the last listing.
 pub async fn refresh_stores<R: StoreRegistry>(ctx: &Context<R>) -> Result<(), RegistryError> {
     for uuid in ctx.replace_stores(ctx.registry.list_stores().await?) {
-        wake::store_changed(ctx, &uuid);
+        wake::store_changed(ctx, &uuid, None);
     }
     Ok(())
+}
+
+/// Refreshes the stats annotations of the Bound pods every
+/// `stats_interval` until `shutdown`. One pass reads each serving store's
+/// workload and writes only the pods whose stats changed, so a steady pool
+/// costs no writes and no reconciles (a draining pod's stats are written by
+/// its reconcile, which reads the drain's counters anyway). A pass that
+/// cannot refresh some pods says so once, and once again when all refresh.
+pub async fn poll_stats<R: StoreRegistry>(ctx: Arc<Context<R>>, shutdown: Shared<BoxFuture<'static, ()>>) {
+    let mut shutdown = std::pin::pin!(shutdown);
+    let mut failing = false;
+    loop {
+        tokio::select! {
+            () = &mut shutdown => return,
+            () = tokio::time::sleep(ctx.config.stats_interval) => {}
+        }
+        match (refresh_stats(&ctx).await, failing) {
+            (Some((failed, error)), false) => {
+                tracing::warn!(failed, %error, kind = error.metric_label(), "cannot refresh the stats of bound pods");
+                failing = true;
+            }
+            (None, true) => {
+                tracing::info!("stats of bound pods refreshed again");
+                failing = false;
+            }
+            _ => {}
+        }
+    }
+}
+
+/// One pass, a few pods at a time (each asks its CN); how many pods it
+/// could not refresh and the first error, if any.
+async fn refresh_stats<R: StoreRegistry>(ctx: &Context<R>) -> Option<(usize, Error)> {
+    let refreshed = futures::stream::iter(ctx.pods.in_phase(PodPhase::Bound.as_str()))
+        .filter(|pod| std::future::ready(pod.metadata.deletion_timestamp.is_none()))
+        .map(|pod| async move {
+            let Some(uuid) = pod.labels().get(labels::CN_UUID) else { return Ok(()) };
+            let Some(store) = ctx.store(uuid).1 else { return Ok(()) };
+            let workload = ctx.registry.workload(&store).await.map_err(Error::Registry)?;
+            write_stats(ctx, &pod, workload).await
+        })
+        .buffered(usize::from(ctx.config.workers.max(1)))
+        .filter_map(|written| std::future::ready(written.err()))
+        .collect::<Vec<Error>>()
+        .await;
+    let failed = refreshed.len();
+    refreshed.into_iter().next().map(|error| (failed, error))
 }
 
 pub async fn reconcile<R: StoreRegistry + 'static>(pod: Arc<Pod>, ctx: Arc<Context<R>>) -> Result<Action, Error> {
@@ -84,8 +132,7 @@ pub async fn reconcile<R: StoreRegistry + 'static>(pod: Arc<Pod>, ctx: Arc<Conte
     if !listed {
         return Ok(Action::requeue(ctx.config.registry_poll));
     }
-    let drain_counted = matches!(view.phase, Some(PodPhase::Bound | PodPhase::Draining));
-    let workload = match store.as_ref().filter(|_| drain_counted) {
+    let workload = match store.as_ref().filter(|_| view.phase == Some(PodPhase::Draining)) {
         Some(store) => ctx.registry.workload(store).await.ok(),
         None => None,
     };
@@ -94,7 +141,7 @@ pub async fn reconcile<R: StoreRegistry + 'static>(pod: Arc<Pod>, ctx: Arc<Conte
     #[cfg(feature = "sabotage")]
     let plan = crate::sabotage::store_from_claim(&ctx, &key.0, &view, store_view.as_ref(), plan);
     if let Some(store) = store.as_ref() {
-        match write_store(&ctx, &view, store, &plan.writes).await {
+        match write_store(&ctx, &key, &view, store, &plan.writes).await {
             // The listing predates the store's removal; plan again without it.
             Err(Error::Registry(RegistryError::StoreNotFound { .. })) => {
                 tracing::debug!(pod = %view.name, store = %uuid, "store left HAKeeper since it was listed");
@@ -125,7 +172,6 @@ pub async fn reconcile<R: StoreRegistry + 'static>(pod: Arc<Pod>, ctx: Arc<Conte
         Some(PodPhase::Draining) => {
             drain_recheck(&view, ctx.now(), &pool, ctx.config.drain_poll, ctx.config.drain_poll_max)
         }
-        Some(PodPhase::Bound) => ctx.config.stats_interval,
         _ => ctx.config.resync,
     };
     if !condition_written {
@@ -162,6 +208,7 @@ fn pool_of<R>(ctx: &Context<R>, view: &PodView) -> PoolView {
 
 async fn write_store<R: StoreRegistry>(
     ctx: &Context<R>,
+    pod: &Key,
     view: &PodView,
     observed: &CnStore,
     writes: &[StoreWrite],
@@ -190,7 +237,7 @@ async fn write_store<R: StoreRegistry>(
         "store written from pod"
     );
     ctx.wrote_store(store.clone());
-    wake::store_changed(ctx, &store.uuid);
+    wake::store_changed(ctx, &store.uuid, Some(pod));
     Ok(())
 }
 

@@ -219,3 +219,33 @@ async fn an_idle_pod_whose_store_vanished_is_replaced_and_never_handed_out() {
     });
     assert!(!handed_out, "the pod without a store was never Bound");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bound_pod_carries_its_cn_workload_in_the_stats_annotations() {
+    let cluster = Cluster::new().await;
+    cluster.start_operator(0).await;
+    cluster.create_pool(1, Some(2)).await;
+    cluster.create_claim("tenant", &[], &[]).await;
+    let (pod, _) = bound_pod(&cluster, "tenant").await;
+    let uuid = cnpool_world::store_uuid(&cluster.pods().get(&pod).await.unwrap()).unwrap();
+    let stats = |sessions: u64| {
+        let pods = cluster.pods();
+        let pod = pod.clone();
+        async move {
+            let pod = pods.get(&pod).await.map_err(|e| e.to_string())?;
+            let annotations = pod.metadata.annotations.unwrap_or_default();
+            let score: serde_json::Value =
+                serde_json::from_str(annotations.get(labels::SCORE).map_or("null", String::as_str)).unwrap();
+            let cost = annotations.get(labels::POD_DELETION_COST).cloned();
+            if score["sessionCount"] == sessions && cost == Some(sessions.to_string()) {
+                Ok(())
+            } else {
+                Err(format!("score {score}, deletion cost {cost:?}"))
+            }
+        }
+    };
+    // The simulated CN has two sessions once its pod is Bound.
+    eventually("stats of the bound CN", BOUND, || stats(2)).await;
+    cluster.registry().set_workload(&uuid, cnpool_registry::Workload { sessions: 7, ..Default::default() });
+    eventually("stats after more sessions", BOUND, || stats(7)).await;
+}
