@@ -148,6 +148,7 @@ where
                 &name,
                 object.meta().uid.as_deref().unwrap_or_default(),
             );
+            tracing::debug!(replica = %self.replica, kind = self.kind, %namespace, %name, "reconcile");
             // A crash stops a reconcile wherever it is.
             let result = tokio::select! {
                 biased;

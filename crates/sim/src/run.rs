@@ -143,6 +143,15 @@ impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for LineCounter {
     }
 }
 
+/// Stamps a log line with the run's virtual time, in seconds.
+struct VirtualSeconds(Arc<Ledger>);
+
+impl tracing_subscriber::fmt::time::FormatTime for VirtualSeconds {
+    fn format_time(&self, writer: &mut tracing_subscriber::fmt::format::Writer<'_>) -> std::fmt::Result {
+        write!(writer, "{:10.3}", self.0.elapsed().as_secs_f64())
+    }
+}
+
 /// A log line's `claim` field (the claim's name).
 struct ClaimField(Option<String>);
 
@@ -200,10 +209,12 @@ pub fn run_observed(
     };
     // CNPOOL_SIM_LOG=<filter> (e.g. `cnpool_controllers=debug`) prints the
     // run's logs to stderr, to follow one seed's decisions.
+    // Each line starts with the run's virtual second; at debug level
+    // `cnpool_sim` adds one line per reconcile, naming its replica.
     let logs = std::env::var("CNPOOL_SIM_LOG").ok().map(|filter| {
         tracing_subscriber::fmt::layer()
             .with_writer(std::io::stderr)
-            .without_time()
+            .with_timer(VirtualSeconds(ledger.clone()))
             .with_filter(tracing_subscriber::EnvFilter::new(filter))
     });
     let subscriber = tracing_subscriber::registry().with(LineCounter(ledger.clone())).with(logs);
