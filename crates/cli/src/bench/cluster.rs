@@ -9,26 +9,30 @@
 mod memory;
 mod real;
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use cnpool_api::{CNClaim, CNPool, CNPoolStatus};
+use cnpool_api::{CNClaim, CNPool, CNPoolStatus, ClaimPhase};
 use futures::{StreamExt, TryStreamExt};
-use kube::api::{Api, PostParams};
+use kube::api::{Api, ListParams, PostParams, WatchEvent, WatchParams};
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 pub use memory::{MemoryArgs, memory};
 pub use real::{RealArgs, real};
 
+/// The operator's request counter.
+pub(super) const OPERATOR_REQUESTS: &str = "cnpool_api_requests_total";
+
 /// The pool every case fills and binds from.
 const POOL: &str = "bench";
 
 /// A child process of the case, killed (and reaped) when dropped.
-struct Process {
+pub(super) struct Process {
     name: &'static str,
     child: Child,
     log: PathBuf,
@@ -99,7 +103,7 @@ fn log_dir(case: &str) -> anyhow::Result<PathBuf> {
 /// Polls `check` every 200 ms until it answers `Some`, failing after
 /// `within` with `what` and the last thing `check` saw. `process`, when
 /// given, must keep running meanwhile.
-async fn wait_for<T, F, Fut>(
+pub(super) async fn wait_for<T, F, Fut>(
     what: &str,
     within: Duration,
     mut process: Option<&mut Process>,
@@ -247,7 +251,7 @@ async fn http_get(address: SocketAddr, path: &str) -> anyhow::Result<(u16, Strin
 }
 
 /// A Prometheus text exposition.
-struct Metrics(String);
+pub(super) struct Metrics(pub(super) String);
 
 /// Write verbs as the operator's request counter names them, and as the
 /// kube-apiserver's `apiserver_request_total` does (upper case, APPLY for
@@ -256,7 +260,7 @@ const WRITE_VERBS: [&str; 7] = ["create", "update", "patch", "delete", "post", "
 
 impl Metrics {
     /// The samples of `name`: their labels and values.
-    fn samples<'a>(&'a self, name: &'a str) -> impl Iterator<Item = (Labels<'a>, f64)> + 'a {
+    pub(super) fn samples<'a>(&'a self, name: &'a str) -> impl Iterator<Item = (Labels<'a>, f64)> + 'a {
         self.0.lines().filter_map(move |line| {
             let (labels, value) = line.strip_prefix(name)?.strip_prefix('{')?.rsplit_once('}')?;
             Some((Labels(labels), value.split_whitespace().next()?.parse::<f64>().ok()?))
@@ -264,28 +268,28 @@ impl Metrics {
     }
 
     /// The samples of `name` that count write requests (by their `verb`).
-    fn write_samples<'a>(&'a self, name: &'a str) -> impl Iterator<Item = (Labels<'a>, f64)> + 'a {
+    pub(super) fn write_samples<'a>(&'a self, name: &'a str) -> impl Iterator<Item = (Labels<'a>, f64)> + 'a {
         self.samples(name).filter(|(labels, _)| {
             labels.get("verb").is_some_and(|verb| WRITE_VERBS.iter().any(|write| write.eq_ignore_ascii_case(verb)))
         })
     }
 
     /// The sum of every sample of `name`.
-    fn total(&self, name: &str) -> f64 {
+    pub(super) fn total(&self, name: &str) -> f64 {
         self.samples(name).map(|(_, value)| value).sum()
     }
 
     /// Write requests counted in `name`.
-    fn writes(&self, name: &str) -> f64 {
+    pub(super) fn writes(&self, name: &str) -> f64 {
         self.write_samples(name).map(|(_, value)| value).sum()
     }
 }
 
 /// The inside of a sample's `{…}`.
-struct Labels<'a>(&'a str);
+pub(super) struct Labels<'a>(&'a str);
 
 impl Labels<'_> {
-    fn get(&self, key: &str) -> Option<&str> {
+    pub(super) fn get(&self, key: &str) -> Option<&str> {
         let start = self.0.find(&format!("{key}=\""))? + key.len() + 2;
         let length = self.0[start..].find('"')?;
         Some(&self.0[start..start + length])
@@ -294,7 +298,7 @@ impl Labels<'_> {
 
 /// Creates the pool the cases bind from: `size` warm pods and no more
 /// (maxIdle = maxPods = size), so that binding them all makes no new pods.
-async fn create_pool(client: &kube::Client, namespace: &str, size: usize) -> anyhow::Result<()> {
+pub(super) async fn create_pool(client: &kube::Client, namespace: &str, size: usize) -> anyhow::Result<()> {
     let pool: CNPool = serde_json::from_value(json!({
         "apiVersion": "core.matrixorigin.io/v1alpha1",
         "kind": "CNPool",
@@ -358,13 +362,13 @@ fn claim_name(index: usize) -> String {
 
 /// A count of the pool's status to wait for.
 #[derive(Clone, Copy, Debug)]
-enum PoolCount {
+pub(super) enum PoolCount {
     Idle,
     Bound,
 }
 
 impl PoolCount {
-    fn of(self, status: &CNPoolStatus) -> i32 {
+    pub(super) fn of(self, status: &CNPoolStatus) -> i32 {
         match self {
             Self::Idle => status.idle,
             Self::Bound => status.bound,
@@ -373,18 +377,18 @@ impl PoolCount {
 }
 
 /// Waits until the pool's status counts `expected` pods as `count` says,
-/// the operator running meanwhile.
-async fn wait_for_pool(
+/// the operator's `process`, when it has one of its own, running meanwhile.
+pub(super) async fn wait_for_pool(
     client: &kube::Client,
     namespace: &str,
-    operator: &mut Operator,
+    process: Option<&mut Process>,
     count: PoolCount,
     expected: usize,
     within: Duration,
 ) -> anyhow::Result<()> {
     let pools: Api<CNPool> = Api::namespaced(client.clone(), namespace);
     let what = format!("{expected} {count:?} pods in pool {namespace}/{POOL}");
-    wait_for(&what, within, Some(&mut operator.process), || async {
+    wait_for(&what, within, process, || async {
         let pool = pools.get(POOL).await.map_err(|error| error.to_string())?;
         let status = pool.status.unwrap_or_default();
         let seen = count.of(&status);
@@ -395,4 +399,80 @@ async fn wait_for_pool(
         }
     })
     .await
+}
+
+/// The `q` quantile of `sorted` (nearest rank).
+pub(super) fn quantile(latencies: &[Duration], q: f64) -> f64 {
+    let mut sorted: Vec<f64> = latencies.iter().map(Duration::as_secs_f64).collect();
+    sorted.sort_by(f64::total_cmp);
+    let rank = (q * sorted.len() as f64).ceil() as usize;
+    sorted.get(rank.saturating_sub(1)).copied().unwrap_or(f64::NAN)
+}
+
+pub(super) struct Burst {
+    /// From the first create sent to the last claim seen Bound.
+    pub(super) elapsed: Duration,
+    /// Each claim's, from its create sent to its watch event showing Bound.
+    pub(super) latencies: Vec<Duration>,
+}
+
+/// Creates `claims` claims, `creators` at a time, and times each from the
+/// create sent to the watch event that shows it Bound.
+pub(super) async fn burst(
+    client: &kube::Client,
+    namespace: &str,
+    claims: usize,
+    creators: usize,
+) -> anyhow::Result<Burst> {
+    let api: Api<CNClaim> = Api::namespaced(client.clone(), namespace);
+    let listed = api.list(&ListParams::default().limit(1)).await.context("listing claims")?;
+    let version = listed.metadata.resource_version.unwrap_or_default();
+    let events = api.watch(&WatchParams::default(), &version).await.context("watching claims")?;
+    let watching = tokio::spawn(bound_times(events.boxed(), claims, Duration::from_secs(120)));
+    let started = Instant::now();
+    let created = match create_claims(client, namespace, claims, creators).await {
+        Ok(created) => created,
+        Err(error) => {
+            watching.abort();
+            return Err(error);
+        }
+    };
+    let bound = watching.await.context("the claim watch panicked")??;
+    let mut latencies = Vec::new();
+    for (name, sent) in created {
+        let at = bound.get(&name).with_context(|| format!("claim {name} was not seen Bound"))?;
+        latencies.push(at.saturating_duration_since(sent));
+    }
+    let last = bound.values().max().copied().unwrap_or(started);
+    Ok(Burst { elapsed: last.saturating_duration_since(started), latencies })
+}
+
+type ClaimEvents = futures::stream::BoxStream<'static, Result<WatchEvent<CNClaim>, kube::Error>>;
+
+/// When each claim was first seen Bound, until `claims` have been.
+async fn bound_times(
+    mut events: ClaimEvents,
+    claims: usize,
+    within: Duration,
+) -> anyhow::Result<HashMap<String, Instant>> {
+    let deadline = tokio::time::Instant::now() + within;
+    let mut bound = HashMap::new();
+    while bound.len() < claims {
+        let event = tokio::time::timeout_at(deadline, events.next()).await.map_err(|_| {
+            anyhow::anyhow!("only {} of {claims} claims Bound within {}s", bound.len(), within.as_secs())
+        })?;
+        match event {
+            Some(Ok(WatchEvent::Added(claim) | WatchEvent::Modified(claim))) => {
+                if claim.phase() == Some(ClaimPhase::Bound) {
+                    let name = claim.metadata.name.unwrap_or_default();
+                    bound.entry(name).or_insert_with(Instant::now);
+                }
+            }
+            Some(Ok(WatchEvent::Error(status))) => anyhow::bail!("the claim watch failed: {}", status.message),
+            Some(Ok(_)) => {}
+            Some(Err(error)) => return Err(anyhow::Error::from(error).context("the claim watch failed")),
+            None => anyhow::bail!("the claim watch ended with {} of {claims} claims Bound", bound.len()),
+        }
+    }
+    Ok(bound)
 }

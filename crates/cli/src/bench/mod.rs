@@ -5,6 +5,7 @@
 mod apiserver;
 mod cluster;
 mod inprocess;
+mod runtime;
 mod table;
 
 use std::path::{Path, PathBuf};

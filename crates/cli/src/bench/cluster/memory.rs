@@ -91,9 +91,9 @@ async fn measure(pods: usize, args: &MemoryArgs, logs: &Path) -> anyhow::Result<
     let started = Instant::now();
     let mut operator = Operator::start(&kubeconfig, NAMESPACE, &node_side, args.workers, logs).await?;
     create_pool(&client, NAMESPACE, pods).await?;
-    wait_for_pool(&client, NAMESPACE, &mut operator, PoolCount::Idle, pods, within).await?;
+    wait_for_pool(&client, NAMESPACE, Some(&mut operator.process), PoolCount::Idle, pods, within).await?;
     create_claims(&client, NAMESPACE, pods, args.creators.max(1)).await?;
-    wait_for_pool(&client, NAMESPACE, &mut operator, PoolCount::Bound, pods, within).await?;
+    wait_for_pool(&client, NAMESPACE, Some(&mut operator.process), PoolCount::Bound, pods, within).await?;
     settle(&mut operator, pods).await?;
     let filled = operator.process.peak_rss_mib()?;
     let fill_seconds = started.elapsed().as_secs_f64();

@@ -2,18 +2,20 @@
 //! own process, set against the server's raw write ceiling measured in the
 //! same run.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use cnpool_api::{CNClaim, CNPool, ClaimPhase};
-use futures::StreamExt;
+use cnpool_api::CNPool;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, ServiceAccount};
-use kube::api::{Api, ListParams, PostParams, WatchEvent, WatchParams};
+use kube::api::{Api, ListParams, PostParams};
 use serde_json::json;
 
-use super::{Metrics, NodeSide, Operator, PoolCount, create_claims, create_pool, log_dir, wait_for, wait_for_pool};
+use super::{
+    Metrics, NodeSide, OPERATOR_REQUESTS, Operator, PoolCount, burst, create_pool, log_dir, quantile, wait_for,
+    wait_for_pool,
+};
 use crate::bench::Table;
 use crate::bench::apiserver::{create_targets, patch_targets};
 
@@ -58,12 +60,14 @@ pub async fn real(args: &RealArgs) -> anyhow::Result<Table> {
 
     let ceiling = write_ceiling(&client, &namespace, args.ceiling_writers.max(1), args.ceiling_writes).await?;
     create_pool(&client, &namespace, claims).await?;
-    wait_for_pool(&client, &namespace, &mut operator, PoolCount::Idle, claims, Duration::from_secs(600)).await?;
+    wait_for_pool(&client, &namespace, Some(&mut operator.process), PoolCount::Idle, claims, Duration::from_secs(600))
+        .await?;
 
     let (operator_before, server_before) = (operator.metrics().await?, server_metrics(&client).await?);
     let burst = burst(&client, &namespace, claims, args.creators.max(1)).await?;
     // The last binds' trailing writes (the pool's status) belong to the burst.
-    wait_for_pool(&client, &namespace, &mut operator, PoolCount::Bound, claims, Duration::from_secs(60)).await?;
+    wait_for_pool(&client, &namespace, Some(&mut operator.process), PoolCount::Bound, claims, Duration::from_secs(60))
+        .await?;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let (operator_after, server_after) = (operator.metrics().await?, server_metrics(&client).await?);
     drop(operator);
@@ -74,9 +78,7 @@ pub async fn real(args: &RealArgs) -> anyhow::Result<Table> {
     let ceiling_binds = ceiling / (writes_per_bind + 1.0);
     let binds_per_second = claims as f64 / burst.elapsed.as_secs_f64();
     let fraction = binds_per_second / ceiling_binds;
-    let mut latencies: Vec<f64> = burst.latencies.iter().map(Duration::as_secs_f64).collect();
-    latencies.sort_by(f64::total_cmp);
-    let (p50, p99) = (quantile(&latencies, 0.5), quantile(&latencies, 0.99));
+    let (p50, p99) = (quantile(&burst.latencies, 0.5), quantile(&burst.latencies, 0.99));
     let server_writes = server_after.writes(SERVER_REQUESTS) - server_before.writes(SERVER_REQUESTS);
 
     let mut table = Table::new(
@@ -121,19 +123,12 @@ pub async fn real(args: &RealArgs) -> anyhow::Result<Table> {
     Ok(table)
 }
 
-/// The operator's request counter and the kube-apiserver's.
-const OPERATOR_REQUESTS: &str = "cnpool_api_requests_total";
+/// The kube-apiserver's request counter.
 const SERVER_REQUESTS: &str = "apiserver_request_total";
 
 /// Rounds to three significant decimals, enough for every figure here.
 fn round(value: f64) -> f64 {
     (value * 1_000.0).round() / 1_000.0
-}
-
-/// The `q` quantile of `sorted` (nearest rank).
-fn quantile(sorted: &[f64], q: f64) -> f64 {
-    let rank = (q * sorted.len() as f64).ceil() as usize;
-    sorted.get(rank.saturating_sub(1)).copied().unwrap_or(f64::NAN)
 }
 
 /// The operator's writes between two scrapes, by verb and resource.
@@ -199,67 +194,4 @@ async fn write_ceiling(client: &kube::Client, namespace: &str, writers: usize, w
     let started = Instant::now();
     let done = patch_targets(&maps, writers, writes).await?;
     Ok(done as f64 / started.elapsed().as_secs_f64())
-}
-
-struct Burst {
-    /// From the first create sent to the last claim seen Bound.
-    elapsed: Duration,
-    /// Each claim's, from its create sent to its watch event showing Bound.
-    latencies: Vec<Duration>,
-}
-
-/// Creates `claims` claims, `creators` at a time, and times each from the
-/// create sent to the watch event that shows it Bound.
-async fn burst(client: &kube::Client, namespace: &str, claims: usize, creators: usize) -> anyhow::Result<Burst> {
-    let api: Api<CNClaim> = Api::namespaced(client.clone(), namespace);
-    let listed = api.list(&ListParams::default().limit(1)).await.context("listing claims")?;
-    let version = listed.metadata.resource_version.unwrap_or_default();
-    let events = api.watch(&WatchParams::default(), &version).await.context("watching claims")?;
-    let watching = tokio::spawn(bound_times(events.boxed(), claims, Duration::from_secs(120)));
-    let started = Instant::now();
-    let created = match create_claims(client, namespace, claims, creators).await {
-        Ok(created) => created,
-        Err(error) => {
-            watching.abort();
-            return Err(error);
-        }
-    };
-    let bound = watching.await.context("the claim watch panicked")??;
-    let mut latencies = Vec::new();
-    for (name, sent) in created {
-        let at = bound.get(&name).with_context(|| format!("claim {name} was not seen Bound"))?;
-        latencies.push(at.saturating_duration_since(sent));
-    }
-    let last = bound.values().max().copied().unwrap_or(started);
-    Ok(Burst { elapsed: last.saturating_duration_since(started), latencies })
-}
-
-type ClaimEvents = futures::stream::BoxStream<'static, Result<WatchEvent<CNClaim>, kube::Error>>;
-
-/// When each claim was first seen Bound, until `claims` have been.
-async fn bound_times(
-    mut events: ClaimEvents,
-    claims: usize,
-    within: Duration,
-) -> anyhow::Result<HashMap<String, Instant>> {
-    let deadline = tokio::time::Instant::now() + within;
-    let mut bound = HashMap::new();
-    while bound.len() < claims {
-        let event = tokio::time::timeout_at(deadline, events.next()).await.map_err(|_| {
-            anyhow::anyhow!("only {} of {claims} claims Bound within {}s", bound.len(), within.as_secs())
-        })?;
-        match event {
-            Some(Ok(WatchEvent::Added(claim) | WatchEvent::Modified(claim))) => {
-                if claim.phase() == Some(ClaimPhase::Bound) {
-                    let name = claim.metadata.name.unwrap_or_default();
-                    bound.entry(name).or_insert_with(Instant::now);
-                }
-            }
-            Some(Ok(WatchEvent::Error(status))) => anyhow::bail!("the claim watch failed: {}", status.message),
-            Some(Ok(_)) => {}
-            Some(Err(error)) => return Err(anyhow::Error::from(error).context("the claim watch failed")),
-            None => anyhow::bail!("the claim watch ended with {} of {claims} claims Bound", bound.len()),
-        }
-    }
-    Ok(bound)
 }
