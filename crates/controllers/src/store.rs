@@ -266,8 +266,11 @@ async fn set_store_condition<R>(ctx: &Context<R>, pod: &Pod, registered: bool) -
         last_transition_time: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(ctx.now())),
         ..PodCondition::default()
     });
-    let old = pod.status.as_ref().and_then(|status| status.conditions.as_ref());
-    let test = json!({"op": "test", "path": "/status/conditions", "value": old});
+    // Guarded by the pod's version, not by a test of the conditions read:
+    // the typed pod drops the nulls the server keeps (a kubelet's
+    // `lastProbeTime: null`), so such a test never passes on a real
+    // kube-apiserver.
+    let test = json!({"op": "test", "path": "/metadata/resourceVersion", "value": pod.resource_version()});
     let set = json!({"op": "add", "path": "/status/conditions", "value": updated});
     let patch: json_patch::Patch = serde_json::from_value(json!([test, set]))
         .map_err(|source| Error::Encode { what: "pod condition patch", source })?;

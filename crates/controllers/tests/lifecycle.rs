@@ -195,6 +195,13 @@ async fn a_pre_bound_claim_gets_exactly_its_pod_or_says_why_not() {
     assert_eq!(pool.status.unwrap().pending_claims, 0, "a request for a named pod does not make the pool grow");
 }
 
+/// The pod's `matrixorigin.io/cn-store` condition: its status and reason.
+fn store_condition(pod: &Pod) -> Option<(String, String)> {
+    let conditions = pod.status.as_ref()?.conditions.as_ref()?;
+    let condition = conditions.iter().find(|condition| condition.type_ == labels::CN_STORE_CONDITION)?;
+    Some((condition.status.clone(), condition.reason.clone().unwrap_or_default()))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_pod_whose_store_vanished_is_replaced_and_never_handed_out() {
     let cluster = Cluster::new().await;
@@ -207,9 +214,22 @@ async fn an_idle_pod_whose_store_vanished_is_replaced_and_never_handed_out() {
     })
     .await;
     let (name, uid) = (idle.metadata.name.clone().unwrap(), idle.metadata.uid.clone().unwrap());
+    eventually("the Idle pod says its store is registered", BOUND, || async {
+        match store_condition(&cluster.pods().get(&name).await.unwrap()) {
+            Some((status, reason)) if status == "True" && reason == "StoreRegistered" => Ok(()),
+            other => Err(format!("cn-store condition {other:?}")),
+        }
+    })
+    .await;
     assert!(cluster.vanish_store(label(&idle, labels::CN_UUID).unwrap()).await);
 
     gone(&cluster, &name, &uid, BOUND).await;
+    let noted_missing = commits.snapshot().iter().any(|commit| {
+        let Ok(pod) = serde_json::from_value::<Pod>(commit.object.clone()) else { return false };
+        pod.metadata.uid.as_deref() == Some(uid.as_str())
+            && store_condition(&pod) == Some(("False".into(), "StoreMissing".into()))
+    });
+    assert!(noted_missing, "the pod's cn-store condition said its store went missing before it was retired");
     cluster.create_claim("tenant", &[], &[]).await;
     let (_, bound_uid) = bound_pod(&cluster, "tenant").await;
     assert_ne!(bound_uid, uid, "the claim got a pod with a store");
