@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use cnpool_api::CNClaim;
+use cnpool_api::{CNClaim, CNPool};
 use cnpool_core::model::{ObservedStore, PoolView, StoreView};
 use cnpool_registry::CnStore;
 use jiff::Timestamp;
@@ -172,6 +172,10 @@ pub struct Context<R> {
     /// release, rewrite): their watch events do not wake the claim that
     /// wrote them.
     pub(crate) claim_pod_writes: OwnWrites<Pod>,
+    /// Pool statuses as this process wrote them: a status another replica
+    /// wrote from its own (maybe lagging) caches wakes the pool, this
+    /// process's own does not.
+    pub(crate) pool_status_writes: OwnWrites<CNPool>,
     recorder: Recorder,
 }
 
@@ -239,6 +243,7 @@ impl<R> Context<R> {
             wake: Wakers::new(config.wake_interval, config.pool_wake_interval),
             claim_writes: OwnWrites::new(config.requeue_max),
             claim_pod_writes: OwnWrites::new(config.requeue_max),
+            pool_status_writes: OwnWrites::new(config.requeue_max),
             recorder: Recorder::new(client.clone(), reporter),
             client,
             registry,

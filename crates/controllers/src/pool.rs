@@ -501,7 +501,10 @@ async fn write_status<R>(
     updated.status = Some(status);
     let pools: Api<CNPool> = Api::namespaced(ctx.client.clone(), pool.namespace().as_deref().unwrap_or_default());
     match pools.replace_status(&pool.name_any(), &PostParams::default(), &updated).await {
-        Ok(_) => Ok(true),
+        Ok(written) => {
+            ctx.pool_status_writes.wrote(pool.resource_version().as_deref(), written);
+            Ok(true)
+        }
         Err(error) if is_stale(&error) || is_not_found(&error) => Ok(false),
         Err(error) => Err(Error::kube("write status of", format!("CNPool {}", pool.name_any()), error)),
     }

@@ -506,8 +506,12 @@ pub fn pool_changed<R>(ctx: &Context<R>, (old, new): Change<'_, CNPool>) {
     let facts = |pool: &Arc<CNPool>| {
         (pool.metadata.generation, pool.metadata.finalizers.clone(), pool.metadata.deletion_timestamp.is_some())
     };
+    // A status that another replica wrote from its caches is corrected by
+    // this one's view now, not at the next resync.
     let differs = match (old, new) {
-        (Some(old), Some(new)) => facts(old) != facts(new),
+        (Some(old), Some(new)) => {
+            facts(old) != facts(new) || (old.status != new.status && !ctx.pool_status_writes.made(new))
+        }
         _ => true,
     };
     if differs && new.is_some() {
