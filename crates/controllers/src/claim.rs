@@ -549,7 +549,17 @@ async fn step<R: StoreRegistry>(ctx: &Context<R>, snap: &mut Snapshot, key: &Key
             let delay = if candidates.is_empty() { ctx.wait(Kind::Claim, key) } else { ctx.backoff(Kind::Claim, key) };
             Ok(Next::Done(Action::requeue(if held_back { delay.min(ACQUIRED_LATELY) } else { delay })))
         }
-        ClaimStep::Record(pod) => record(ctx, snap, &view, pod).await,
+        ClaimStep::Record(pod) => {
+            // A pod the cache shows as the claim's that this process did not
+            // just acquire for it may be one the claim held before the cache
+            // fell behind (released, even deleted, since): recording it
+            // would point the claim at a pod it no longer has, and lose it.
+            let just_acquired = ctx.pod_acquired_lately(&view.uid).as_deref() == Some(pod.uid.as_str());
+            if snap.read == Read::Cached && !just_acquired {
+                return Ok(if snap.read_live(ctx).await? { Next::Again } else { Next::Done(Action::await_change()) });
+            }
+            record(ctx, snap, &view, pod).await
+        }
         ClaimStep::RewriteBinding(pod) => {
             let Some(raw) = raw(&read_pods, pod) else {
                 return Ok(changed_since_read(ctx, &snap.claim));
