@@ -31,9 +31,9 @@
 //!
 //! 1. a claim that will release, adopt or lose a pod gets its finalizer
 //!    first; one that holds nothing yet acquires first and gets it with the
-//!    pointer (step 6), so the finalizer costs no write of its own. A pod acquired for a claim deleted
-//!    before that write carries the UID of no claim: the orphan sweep
-//!    releases it;
+//!    pointer (step 6), so the finalizer costs no write of its own. A pod
+//!    acquired for a claim deleted before that write carries the UID of no
+//!    claim: the orphan sweep releases it;
 //! 2. pods already carrying the claim's UID are adopted (a crash between
 //!    acquire and record leaves such a pod): the one `spec.podName` names,
 //!    else the lowest name, is kept and the others are released;
@@ -46,12 +46,16 @@
 //!    acquired, or a condition says why it cannot be (not a loss);
 //! 5. otherwise candidates are tried best first (previous owner, oldest,
 //!    name); on a failed guard the next one is tried, a few per reconcile,
-//!    then the claim requeues with backoff;
-//! 6. the pod is recorded (`spec.podName`, `nodeName`, `poolName`,
-//!    and the pod's UID, name and store in status);
+//!    then the claim requeues with backoff. Before the first try (in 4 too)
+//!    the claim is read live: a cache behind another replica's record would
+//!    take a second pod;
+//! 6. the pod is recorded in one write: the `recorded-pod` annotation
+//!    (name and UID), `spec.podName`, `nodeName`, `poolName`, and the
+//!    finalizer if missing. A pod this process did not just acquire for the
+//!    claim is recorded only on a live read;
 //! 7. the claim shows Bound only once its pod's store is observed Working
 //!    with the claim's CN labels (the CN-store controller writes it from the
-//!    pod).
+//!    pod); that status write also describes the pod and its store.
 //!
 //! A bound claim whose recorded pod is deleted, replaced, failed, owned by
 //! another claim, released or whose store has been missing from HAKeeper
