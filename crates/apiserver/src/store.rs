@@ -52,13 +52,6 @@ pub struct Event {
     rendered: Mutex<Vec<(String, EventType, bytes::Bytes)>>,
 }
 
-impl Clone for Event {
-    fn clone(&self) -> Self {
-        // The copy renders its own lines: they are a cache, not state.
-        Self::new(self.resource_version, self.storage.clone(), self.event_type, self.old.clone(), self.object.clone())
-    }
-}
-
 impl Event {
     pub fn new(
         resource_version: u64,

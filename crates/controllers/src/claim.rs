@@ -218,8 +218,7 @@ impl Snapshot {
     async fn read_live<R>(&mut self, ctx: &Context<R>) -> Result<bool, Error> {
         let namespace = self.namespace();
         let name = self.claim.name_any();
-        let claims: Api<CNClaim> = Api::namespaced(ctx.client.clone(), &namespace);
-        let Some(claim) = claims.get_opt(&name).await.map_err(|error| Error::kube("read claim", &name, error))? else {
+        let Some(claim) = self.claim_live(ctx).await? else {
             return Ok(false);
         };
         let uid = claim.uid().unwrap_or_default();
@@ -245,10 +244,15 @@ impl Snapshot {
         if self.read == Read::Live {
             return Ok(true);
         }
+        let live = self.claim_live(ctx).await?;
+        Ok(live.is_some_and(|live| live.resource_version() == self.claim.resource_version()))
+    }
+
+    /// The claim as the server has it now, bypassing the cache.
+    async fn claim_live<R>(&self, ctx: &Context<R>) -> Result<Option<CNClaim>, Error> {
         let name = self.claim.name_any();
         let claims: Api<CNClaim> = Api::namespaced(ctx.client.clone(), &self.namespace());
-        let live = claims.get_opt(&name).await.map_err(|error| Error::kube("read claim", &name, error))?;
-        Ok(live.is_some_and(|live| live.resource_version() == self.claim.resource_version()))
+        claims.get_opt(&name).await.map_err(|error| Error::kube("read claim", &name, error))
     }
 
     /// Takes a pod as this reconcile's write over `read` returned it. The
