@@ -24,21 +24,25 @@
 //! | 1 | is deleting and has no finalizer | `InSync`: nothing is left to do |
 //! | 2 | is deleting; input read from the cache | `ConfirmFinalize`: list its pods live, call again |
 //! | 3 | is deleting; input read live | `Finalize`: release every pod that is ours (the source too), then drop the finalizer |
-//! | 4 | has no finalizer; the step rows 5–20 name is not `Acquire`, `AcquirePreBound` or `Record` | `AddFinalizer` |
+//! | 4 | has no finalizer; the step rows 5–20 name is not `Acquire`, `AcquirePreBound`, `Record` or a read ([`ClaimStep::only_reads`]) | `AddFinalizer` |
 //! | 5c | holds two pods or more; cache | `ConfirmRecord` |
 //! | 5 | the same, read live | `Adopt`: keep the one `spec.podName` names, else the lowest name; release the rest |
 //! | 6 | holds none; the pod `spec.podName` names is Bound, `claimed-by` this claim, without `claim-uid`, and not of another UID than recorded | `AdoptLegacy` |
 //! | 7 | holds none; has a record (not the source); is not Lost; cache | `ConfirmLost(reason)` |
-//! | 8 | the same, read live | `MarkLost(reason)`, nothing to release |
+//! | 8 | the same, read live | `MarkLost(reason)`, nothing to release (for `StoreMissing`, only on a store listing of this reconcile: else `RefreshStores`) |
 //! | 9 | holds none; is Lost; belongs to a claim set | `InSync`: the set replaces it |
 //! | 10 | holds none; is Lost; `spec.podName` set | `Rebind`: clear `spec.podName` |
-//! | 11 | holds none; `spec.podName` names an eligible pod | `AcquirePreBound` |
+//! | 11 | holds none; `spec.podName` names an eligible pod | `AcquirePreBound`; `ConfirmCurrent` first unless the claim is read live or confirmed current |
 //! | 12 | holds none; `spec.podName` names a pod that is missing or not eligible | `ReportUnavailable` (not a loss) |
+//! | 13a | holds none; `spec.podName` empty; this process acquired a pod for it lately that `owned` does not show | `AwaitAcquired` |
+//! | 13r | the same, without that pod; candidates not read | `ReadCandidates` |
+//! | 13c | the same; some candidate is eligible; the claim is neither read live nor confirmed current | `ConfirmCurrent` |
 //! | 13 | holds none; `spec.podName` empty | `Acquire`: eligible pods, best first |
 //! | 14c | holds one pod, which its status does not record, while it records another (not its migration source), or which is deleting or failed; cache | `ConfirmRecord`: the cache may lag the claim's own writes |
+//! | 14a | holds one pod not recorded (as row 14), which this process did not acquire for it lately; cache | `ConfirmRecord`: the claim may have held it before the cache fell behind |
 //! | 14 | holds one pod, whose UID and name its status does not record, or `spec.podName` is empty | `Record` |
 //! | 15 | holds its recorded pod, which is deleting, failed, or whose store has been missing longer than the bound (no bound before the claim is first shown Bound or Outdated on it); cache | `ConfirmLost(reason)` |
-//! | 16 | the same, read live | `MarkLost(reason)`, releasing that pod (retiring it if failed or its store is missing) |
+//! | 16 | the same, read live | `MarkLost(reason)`, releasing that pod (retiring it if failed or its store is missing); `RefreshStores` first as in row 8 |
 //! | 17 | holds its recorded pod, which is not phase Bound or whose binding annotation or additional labels differ from the spec | `RewriteBinding` |
 //! | 18 | holds its recorded pod; its store is not observed Working with exactly the claim's CN labels (missing within the bound, or HAKeeper not asked) | `WaitForStore` |
 //! | 19 | holds its recorded pod, whose store serves; phase not Bound/Outdated, or `status.store` describes another pod or none | `MarkBound`: phase Bound and the pod's store in status, one write |
@@ -111,8 +115,10 @@ pub struct ClaimInput<'a, 'c> {
     /// holds no target yet, of its source (where its tenant still runs).
     pub store: ObservedStore<'a>,
     /// Pool pods the claim might acquire (those it is not eligible for are
-    /// skipped); borrowed, because the operator keeps them read.
-    pub candidates: &'c [&'a PodView],
+    /// skipped); borrowed, because the operator keeps them read. `None`
+    /// until they are read: only a claim about to take a pool pod needs
+    /// them ([`ClaimStep::ReadCandidates`]).
+    pub candidates: Option<&'c [&'a PodView]>,
     /// The pools, for their current revisions.
     pub pools: &'a [PoolView],
     /// The current time.
@@ -131,6 +137,16 @@ pub struct ClaimInput<'a, 'c> {
     /// Whether the claim's pool lets one more Outdated standalone claim start
     /// migrating now (the rollout's bound per pool).
     pub may_roll: bool,
+    /// Whether a live read in this reconcile confirmed that the claim read
+    /// is the server's current version ([`ClaimStep::ConfirmCurrent`]). A
+    /// claim read live is current without it.
+    pub claim_confirmed: bool,
+    /// The UID of the pod this process acquired for the claim lately, while
+    /// the pod cache may not show it yet.
+    pub acquired_lately: Option<&'a str>,
+    /// Whether HAKeeper's stores were listed during this reconcile
+    /// ([`ClaimStep::RefreshStores`]).
+    pub stores_listed: bool,
 }
 
 /// The one thing to do next for a claim.
@@ -164,6 +180,22 @@ pub enum ClaimStep<'a> {
     /// The pod `spec.podName` asks for cannot be acquired now: say so in a
     /// condition and requeue. This is a request, not a loss.
     ReportUnavailable(Unavailable),
+    /// The claim is about to take a pool pod: read the Idle pods of the
+    /// pools it may use into [`ClaimInput::candidates`] and call again.
+    ReadCandidates,
+    /// The claim is about to take a pod, but was read from the cache, which
+    /// may lag behind another replica's record of a pod: this one would take
+    /// a second pod, which the claim must then drain before anyone may have
+    /// it. Read the claim live: call again with
+    /// [`ClaimInput::claim_confirmed`] if its resourceVersion is the one
+    /// read; else it changed, and is decided again on its new version.
+    ConfirmCurrent,
+    /// This process acquired a pod for the claim moments ago
+    /// ([`ClaimInput::acquired_lately`]) that the pod cache does not show
+    /// yet: wait for the cache rather than take a second pod. A pod the
+    /// cache does show (a migration's source, bound just before) is no
+    /// reason to wait.
+    AwaitAcquired,
     /// Acquire the first of these that succeeds, a few per reconcile; none
     /// means the pool has nothing to offer yet (the claim counts as pending).
     Acquire {
@@ -182,6 +214,12 @@ pub enum ClaimStep<'a> {
     /// The recorded pod looks lost in the cache: read the claim, its pods and
     /// the pointed pod live and call again.
     ConfirmLost(LossReason),
+    /// A loss for a missing store is next, but HAKeeper's stores were not
+    /// listed in this reconcile. That listing is a cache too: a store another
+    /// replica registered since this process last listed looks missing, and
+    /// the claim would lose a pod just registered (which is then retired),
+    /// in a loop. List the stores and call again.
+    RefreshStores,
     /// Confirmed on a live read: set phase Lost with a condition and an
     /// Event saying why, then release these pods.
     MarkLost {
@@ -371,19 +409,43 @@ pub fn next_claim_step<'a>(input: &ClaimInput<'a, '_>) -> ClaimStep<'a> {
     // A claim that holds nothing yet acquires before it has its finalizer,
     // which `Record` then writes with the pointer: one write, not two. A pod
     // acquired for a claim deleted before that write carries the UID of no
-    // claim, and the orphan sweep releases it. Any other step (one that
-    // releases, adopts or marks Lost) needs the finalizer first.
+    // claim, and the orphan sweep releases it. A read leaves nothing behind
+    // either. Any other step (one that releases, adopts or marks Lost) needs
+    // the finalizer first.
     match step {
         ClaimStep::Acquire { .. } | ClaimStep::AcquirePreBound(_) | ClaimStep::Record(_) => step,
+        _ if step.only_reads() => step,
         _ if !claim.has_finalizer => ClaimStep::AddFinalizer,
         _ => step,
     }
 }
 
+impl ClaimStep<'_> {
+    /// Whether the step only reads (or waits for a cache): it writes nothing.
+    pub fn only_reads(&self) -> bool {
+        matches!(
+            self,
+            Self::ConfirmFinalize
+                | Self::ConfirmLost(_)
+                | Self::ConfirmRefusal
+                | Self::ConfirmRecord
+                | Self::ConfirmCurrent
+                | Self::ReadCandidates
+                | Self::AwaitAcquired
+                | Self::RefreshStores
+        )
+    }
+}
+
+/// Whether the claim as read is the server's current version.
+fn claim_is_current(input: &ClaimInput<'_, '_>) -> bool {
+    input.read == Read::Live || input.claim_confirmed
+}
+
 /// Rows 5–20: the step of a claim not being deleted.
 fn step_of_live_claim<'a>(input: &ClaimInput<'a, '_>) -> ClaimStep<'a> {
     let claim = input.claim;
-    let held: Vec<&PodView> = ours(input).into_iter().filter(|pod| !claim.is_source(&pod.name)).collect();
+    let held = Holding::of(claim, input.owned, input.pointed, input.source).held;
     match held.as_slice() {
         [] => bind(input),
         [pod] => sync(input, pod),
@@ -394,10 +456,49 @@ fn step_of_live_claim<'a>(input: &ClaimInput<'a, '_>) -> ClaimStep<'a> {
     }
 }
 
+/// What a claim holds, as its decision counts it. The controller reads the
+/// same to know which store to observe and which migration to track.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Holding<'a> {
+    /// The pods that are ours, but the migration source, by name.
+    pub held: Vec<&'a PodView>,
+    /// The pod the claim's tenant is served from: the one pod it holds or,
+    /// while a migrating claim holds no target yet, its source if still ours.
+    pub serving: Option<&'a PodView>,
+}
+
+impl<'a> Holding<'a> {
+    /// Reads it from the pods carrying the claim's UID, the pointed pod and
+    /// the migration source.
+    pub fn of(
+        claim: &ClaimView,
+        owned: &'a [PodView],
+        pointed: Option<&'a PodView>,
+        source: Option<&'a PodView>,
+    ) -> Self {
+        let held: Vec<&PodView> =
+            ours(claim, owned, pointed).into_iter().filter(|pod| !claim.is_source(&pod.name)).collect();
+        let serving = match held.as_slice() {
+            [] => source.filter(|pod| claim.is_source(&pod.name) && pod.is_owned_by(&claim.uid)),
+            [pod] => Some(*pod),
+            _ => None,
+        };
+        Self { held, serving }
+    }
+
+    /// The one pod held, if exactly one.
+    pub fn one(&self) -> Option<&'a PodView> {
+        match self.held.as_slice() {
+            [pod] => Some(*pod),
+            _ => None,
+        }
+    }
+}
+
 /// Every pod carrying the claim's UID, by name, each once.
-fn ours<'a>(input: &ClaimInput<'a, '_>) -> Vec<&'a PodView> {
-    let uid = input.claim.uid.as_str();
-    let mut pods: Vec<&PodView> = input.owned.iter().chain(input.pointed).filter(|pod| pod.is_owned_by(uid)).collect();
+fn ours<'a>(claim: &ClaimView, owned: &'a [PodView], pointed: Option<&'a PodView>) -> Vec<&'a PodView> {
+    let uid = claim.uid.as_str();
+    let mut pods: Vec<&PodView> = owned.iter().chain(pointed).filter(|pod| pod.is_owned_by(uid)).collect();
     pods.sort_by_key(|pod| (pod.name.as_str(), pod.uid.as_str()));
     // The pointed pod is usually also in `owned`.
     pods.dedup_by(|a, b| a.name == b.name && a.uid == b.uid);
@@ -408,7 +509,10 @@ fn finalize<'a>(input: &ClaimInput<'a, '_>) -> ClaimStep<'a> {
     match (input.claim.has_finalizer, input.read) {
         (false, _) => ClaimStep::InSync,
         (true, Read::Cached) => ClaimStep::ConfirmFinalize,
-        (true, Read::Live) => ClaimStep::Finalize { release: ours(input).into_iter().map(Release::of).collect() },
+        (true, Read::Live) => {
+            let release = ours(input.claim, input.owned, input.pointed).into_iter().map(Release::of).collect();
+            ClaimStep::Finalize { release }
+        }
     }
 }
 
@@ -454,10 +558,24 @@ fn bind<'a>(input: &ClaimInput<'a, '_>) -> ClaimStep<'a> {
             },
             step => step,
         },
-        None => {
-            ClaimStep::Acquire { candidates: rank_candidates(claim, input.candidates.iter().copied(), input.pools) }
-        }
+        None => acquire(input),
     }
+}
+
+/// Row 13: a pod from the pool, best first, once the guards allow a take.
+fn acquire<'a>(input: &ClaimInput<'a, '_>) -> ClaimStep<'a> {
+    let unseen = |pod_uid: &str| !input.owned.iter().any(|pod| pod.uid == pod_uid);
+    if input.acquired_lately.is_some_and(unseen) {
+        return ClaimStep::AwaitAcquired;
+    }
+    let Some(candidates) = input.candidates else {
+        return ClaimStep::ReadCandidates;
+    };
+    let candidates = rank_candidates(input.claim, candidates.iter().copied(), input.pools);
+    if !candidates.is_empty() && !claim_is_current(input) {
+        return ClaimStep::ConfirmCurrent;
+    }
+    ClaimStep::Acquire { candidates }
 }
 
 /// The pointed pod, when adopt-legacy's precondition holds on it exactly
@@ -527,6 +645,7 @@ fn acquire_pre_bound<'a>(input: &ClaimInput<'a, '_>, requested: &str) -> ClaimSt
         return ClaimStep::ReportUnavailable(Unavailable::NotFound);
     };
     match eligibility(input.claim, pod, input.pools) {
+        Ok(()) if !claim_is_current(input) => ClaimStep::ConfirmCurrent,
         Ok(()) => ClaimStep::AcquirePreBound(pod),
         Err(why) => ClaimStep::ReportUnavailable(Unavailable::Ineligible(why)),
     }
@@ -542,7 +661,12 @@ fn sync<'a>(input: &ClaimInput<'a, '_>, pod: &'a PodView) -> ClaimStep<'a> {
         // the claim back at it, and the next live read would clear it again.
         let records_another = claim.recorded_pod_uid.as_deref().is_some_and(|uid| uid != pod.uid)
             && !claim.recorded_pod_name.as_deref().is_some_and(|name| claim.is_source(name));
-        if (records_another || pod.deleting || pod.failed) && input.read == Read::Cached {
+        // Nor is a pod the cache shows as ours, that this process did not
+        // just acquire, recorded from the cache: the claim may have held it
+        // before the cache fell behind (released, even deleted, since), and
+        // would point at a pod it no longer has, and lose it.
+        let just_acquired = input.acquired_lately == Some(pod.uid.as_str());
+        if input.read == Read::Cached && (records_another || pod.deleting || pod.failed || !just_acquired) {
             return ClaimStep::ConfirmRecord;
         }
         return ClaimStep::Record(pod);
@@ -686,6 +810,7 @@ fn missing_store_left(input: &ClaimInput<'_, '_>, pod: &PodView) -> Option<Durat
 fn lose<'a>(input: &ClaimInput<'a, '_>, reason: LossReason, release: Vec<Release<'a>>) -> ClaimStep<'a> {
     match input.read {
         Read::Cached => ClaimStep::ConfirmLost(reason),
+        Read::Live if reason == LossReason::StoreMissing && !input.stores_listed => ClaimStep::RefreshStores,
         Read::Live => ClaimStep::MarkLost { reason, release },
     }
 }

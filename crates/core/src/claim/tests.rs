@@ -32,6 +32,14 @@ struct World {
     serving_since: Option<Timestamp>,
     /// Whether the pool's rollout lets this claim start migrating.
     may_roll: bool,
+    /// Whether a live read confirmed the claim current.
+    claim_confirmed: bool,
+    /// The pod this process acquired for the claim lately.
+    acquired_lately: Option<String>,
+    /// Whether HAKeeper's stores were listed in this reconcile.
+    stores_listed: bool,
+    /// Whether the pool's Idle pods were read as candidates.
+    candidates_read: bool,
 }
 
 impl World {
@@ -45,7 +53,22 @@ impl World {
             pools: vec![pool()],
             serving_since: None,
             may_roll: false,
+            claim_confirmed: false,
+            acquired_lately: None,
+            stores_listed: true,
+            candidates_read: true,
         }
+    }
+
+    /// A live read confirmed the claim as read current.
+    fn confirmed(self) -> Self {
+        Self { claim_confirmed: true, ..self }
+    }
+
+    /// This process acquired the pod `name` for the claim moments ago.
+    fn acquired(self, name: &str) -> Self {
+        let uid = self.pod(name).uid.clone();
+        Self { acquired_lately: Some(uid), ..self }
     }
 
     /// The claim holds `pod`, which is also in the pool's pods.
@@ -86,7 +109,7 @@ impl World {
             pointed,
             read: self.read,
             store,
-            candidates: &candidates,
+            candidates: self.candidates_read.then_some(candidates.as_slice()),
             pools: &self.pools,
             now: at(NOW),
             store_missing_bound: STORE_MISSING_BOUND,
@@ -94,6 +117,9 @@ impl World {
             serving_since: self.serving_since,
             propagation_delay: PROPAGATION_DELAY,
             may_roll: self.may_roll,
+            claim_confirmed: self.claim_confirmed,
+            acquired_lately: self.acquired_lately.as_deref(),
+            stores_listed: self.stores_listed,
         })
     }
 
@@ -174,11 +200,89 @@ fn the_finalizer_comes_first() {
 #[test]
 fn a_new_claim_acquires_before_its_finalizer_and_records_it_with_the_pointer() {
     let new = ClaimView { has_finalizer: false, ..claim() };
-    let world = World::new(new.clone()).with_pod(idle_pod("spare", 1));
+    let world = World::new(new.clone()).with_pod(idle_pod("spare", 1)).confirmed();
     assert_eq!(world.step(), ClaimStep::Acquire { candidates: vec![world.pod("spare")] });
     let held = bound_to(&new, idle_pod("spare", 1));
-    let world = World::new(new).holding(held);
+    let world = World::new(new).holding(held).acquired("spare");
     assert_eq!(world.step(), ClaimStep::Record(world.pod("spare")), "the record write adds the finalizer");
+}
+
+// Rows 11 and 13c: guard (1), the claim is read live before a take.
+#[test]
+fn a_claim_read_from_the_cache_takes_a_pod_only_once_confirmed_current() {
+    let world = World::new(claim()).with_pod(idle_pod("spare", 1));
+    // Another replica may have recorded a pod on this claim already.
+    assert_eq!(world.step(), ClaimStep::ConfirmCurrent);
+    let acquire = ClaimStep::Acquire { candidates: vec![world.pod("spare")] };
+    assert_eq!(world.clone().confirmed().step(), acquire);
+    assert_eq!(world.clone().live().step(), acquire);
+    // Nothing to take: nothing to confirm either.
+    assert_eq!(World::new(claim()).step(), ClaimStep::Acquire { candidates: vec![] });
+
+    let requested = ClaimView { pod_name: Some("spare".into()), ..claim() };
+    let world = World::new(requested).with_pod(idle_pod("spare", 1));
+    assert_eq!(world.step(), ClaimStep::ConfirmCurrent);
+    assert_eq!(world.clone().confirmed().step(), ClaimStep::AcquirePreBound(world.pod("spare")));
+}
+
+// Row 13a: guard (2), no second pod while the first is not in the cache.
+#[test]
+fn a_claim_that_took_a_pod_moments_ago_waits_for_the_cache_to_show_it() {
+    let world = World::new(claim()).with_pod(idle_pod("taken", 1)).with_pod(idle_pod("spare", 2)).confirmed();
+    let world = world.acquired("taken");
+    assert_eq!(world.step(), ClaimStep::AwaitAcquired);
+    // The cache shows it: the claim holds it and records it.
+    let claim = claim();
+    let taken = bound_to(&claim, idle_pod("taken", 1));
+    let world = World::new(claim).holding(taken).with_pod(idle_pod("spare", 2)).acquired("taken");
+    assert_eq!(world.step(), ClaimStep::Record(world.pod("taken")));
+}
+
+#[test]
+fn a_migration_source_taken_lately_is_no_reason_to_wait() {
+    let world = waiting_for_a_target().with_pod(idle_pod("spare", 2)).acquired("source").confirmed();
+    assert_eq!(world.step(), ClaimStep::Acquire { candidates: vec![world.pod("spare")] });
+}
+
+// Row 13r.
+#[test]
+fn the_pool_is_read_only_when_the_claim_is_about_to_take_a_pod() {
+    let unread = |world: World| World { candidates_read: false, ..world };
+    assert_eq!(unread(World::new(claim()).with_pod(idle_pod("spare", 1))).step(), ClaimStep::ReadCandidates);
+    // A claim that holds its pod, or asks for a named one, needs no candidates.
+    assert_eq!(
+        unread(settled(ClaimPhase::Bound)).store(Seen::Registered(serving_store(&claim()))).step(),
+        ClaimStep::InSync
+    );
+    let requested = ClaimView { pod_name: Some("spare".into()), ..claim() };
+    let world = unread(World::new(requested).with_pod(idle_pod("spare", 1)).confirmed());
+    assert_eq!(world.step(), ClaimStep::AcquirePreBound(world.pod("spare")));
+}
+
+// Row 14a: guard (3), a pod is recorded from the cache only when just acquired.
+#[test]
+fn a_pod_the_cache_shows_as_ours_is_recorded_only_on_a_live_read_unless_just_acquired() {
+    let claim = claim();
+    let world = World::new(claim.clone()).holding(bound_to(&claim, idle_pod("held", 1)));
+    // Maybe one the claim held before the cache fell behind, released since.
+    assert_eq!(world.step(), ClaimStep::ConfirmRecord);
+    assert_eq!(world.clone().live().step(), ClaimStep::Record(world.pod("held")));
+    assert_eq!(world.clone().acquired("held").step(), ClaimStep::Record(world.pod("held")));
+}
+
+// Rows 8 and 16: guard (4), a store is missing only on a listing of this reconcile.
+#[test]
+fn a_loss_for_a_missing_store_is_written_only_on_a_fresh_store_listing() {
+    let world = settled(ClaimPhase::Bound).store(Seen::Missing(at(NOW - 61))).live();
+    let unlisted = World { stores_listed: false, ..world.clone() };
+    assert_eq!(unlisted.step(), ClaimStep::RefreshStores);
+    let retire = Release { pod: world.pod("p"), then: AfterRelease::Retire };
+    assert_eq!(world.step(), ClaimStep::MarkLost { reason: LossReason::StoreMissing, release: vec![retire] });
+    // Other losses need no listing.
+    let deleting = PodView { deleting: true, ..bound_to(&claim(), idle_pod("p", 1)) };
+    let world = World::new(recording(claim(), &deleting, ClaimPhase::Bound)).holding(deleting).live();
+    let world = World { stores_listed: false, ..world };
+    assert!(matches!(world.step(), ClaimStep::MarkLost { reason: LossReason::PodDeleting, .. }));
 }
 
 // Row 5.
@@ -215,7 +319,7 @@ fn the_migration_source_is_not_held_so_never_adopted_back() {
         source_pod: Some("source".into()),
         ..recording(claim(), &source, ClaimPhase::Bound)
     };
-    let world = World::new(migrating).holding(source).holding(target);
+    let world = World::new(migrating).holding(source).holding(target).acquired("target");
     assert_eq!(world.step(), ClaimStep::Record(world.pod("target")));
 }
 
@@ -299,7 +403,7 @@ fn a_lost_standalone_claim_clears_its_pointer_then_binds_again() {
     let lost = settled(ClaimPhase::Lost).claim;
     assert_eq!(World::new(lost.clone()).step(), ClaimStep::Rebind);
     let cleared = ClaimView { pod_name: None, ..lost };
-    let world = World::new(cleared).with_pod(idle_pod("fresh", 1));
+    let world = World::new(cleared).with_pod(idle_pod("fresh", 1)).confirmed();
     assert_eq!(world.step(), ClaimStep::Acquire { candidates: vec![world.pod("fresh")] });
 }
 
@@ -307,7 +411,7 @@ fn a_lost_standalone_claim_clears_its_pointer_then_binds_again() {
 #[test]
 fn a_pre_bound_claim_acquires_exactly_its_pod() {
     let claim = ClaimView { pod_name: Some("wanted".into()), ..claim() };
-    let world = World::new(claim).with_pod(idle_pod("older", 0)).with_pod(idle_pod("wanted", 5));
+    let world = World::new(claim).with_pod(idle_pod("older", 0)).with_pod(idle_pod("wanted", 5)).confirmed();
     assert_eq!(world.step(), ClaimStep::AcquirePreBound(world.pod("wanted")));
 }
 
@@ -319,7 +423,7 @@ fn a_migration_target_is_taken_by_acquire() {
         source_pod: Some("source".into()),
         ..recording(claim(), &source, ClaimPhase::Bound)
     };
-    let world = World::new(migrating).holding(source).with_pod(idle_pod("target", 1));
+    let world = World::new(migrating).holding(source).with_pod(idle_pod("target", 1)).confirmed();
     assert_eq!(world.step(), ClaimStep::AcquirePreBound(world.pod("target")));
 }
 
@@ -387,7 +491,7 @@ fn an_unnamed_target_is_chosen_from_the_pool_but_never_the_source() {
         source_pod: Some("source".into()),
         ..recording(claim(), &source, ClaimPhase::Bound)
     };
-    let world = World::new(migrating).holding(source).with_pod(idle_pod("spare", 3));
+    let world = World::new(migrating).holding(source).with_pod(idle_pod("spare", 3)).confirmed();
     assert_eq!(world.step(), ClaimStep::Acquire { candidates: vec![world.pod("spare")] });
 }
 
@@ -427,7 +531,7 @@ fn a_migration_waiting_for_a_target_loses_a_deleted_source() {
 fn a_migration_that_lost_its_source_takes_a_target_as_a_lost_claim() {
     let world = waiting_for_a_target();
     let lost = ClaimView { phase: Some(ClaimPhase::Lost), ..world.claim.clone() };
-    let world = World { claim: lost, owned: vec![], pods: vec![], ..world }.with_pod(idle_pod("spare", 3));
+    let world = World { claim: lost, owned: vec![], pods: vec![], ..world }.with_pod(idle_pod("spare", 3)).confirmed();
     assert_eq!(world.step(), ClaimStep::Acquire { candidates: vec![world.pod("spare")] });
 }
 
@@ -534,7 +638,8 @@ fn an_unbound_claim_gets_the_eligible_pods_best_first() {
     let world = World::new(claim())
         .with_pod(idle_pod("young", 9))
         .with_pod(PodView { deleting: true, ..idle_pod("leaving", 0) })
-        .with_pod(idle_pod("old", 1));
+        .with_pod(idle_pod("old", 1))
+        .confirmed();
     assert_eq!(world.step(), ClaimStep::Acquire { candidates: vec![world.pod("old"), world.pod("young")] });
 }
 
@@ -546,7 +651,7 @@ fn an_empty_pool_offers_no_candidates() {
 // Row 14.
 #[test]
 fn a_pod_acquired_but_not_recorded_is_recorded() {
-    let world = World::new(claim()).holding(bound_to(&claim(), idle_pod("p", 1)));
+    let world = World::new(claim()).holding(bound_to(&claim(), idle_pod("p", 1))).acquired("p");
     assert_eq!(world.step(), ClaimStep::Record(world.pod("p")));
 }
 
@@ -574,7 +679,7 @@ fn a_lost_claim_seen_holding_its_deleting_pod_reads_live_instead_of_recording_it
 #[test]
 fn a_status_record_without_the_spec_pointer_is_completed() {
     let world = settled(ClaimPhase::Pending);
-    let world = World { claim: ClaimView { pod_name: None, ..world.claim.clone() }, ..world };
+    let world = World { claim: ClaimView { pod_name: None, ..world.claim.clone() }, ..world }.live();
     assert_eq!(world.step(), ClaimStep::Record(world.pod("p")));
 }
 
@@ -742,8 +847,14 @@ fn any_world() -> impl Strategy<Value = World> {
         let read = proptest::sample::select(vec![Read::Cached, Read::Live]);
         let serving_since = proptest::option::of(NOW - 30..NOW);
         let timing = (serving_since, any::<bool>());
-        (Just(claim.clone()), Just(pods), Just(pools), mask, bindings, read, any_seen(&claim), timing).prop_map(
-            |(claim, mut pods, pools, mask, bindings, read, store, (serving_since, may_roll))| {
+        // What this reconcile confirmed beyond the cache, and the pod this
+        // process took lately (an index into the pods, maybe past the end).
+        let guards = (any::<bool>(), proptest::option::of(0..pods.len() + 1), any::<bool>());
+        (Just(claim.clone()), Just(pods), Just(pools), mask, bindings, read, any_seen(&claim), (timing, guards))
+            .prop_map(|(claim, mut pods, pools, mask, bindings, read, store, ((serving_since, may_roll), guards))| {
+                let (claim_confirmed, acquired, stores_listed) = guards;
+                let acquired_lately =
+                    acquired.map(|index| pods.get(index).map_or("uid-gone".to_owned(), |pod| pod.uid.clone()));
                 for (pod, with_binding) in pods.iter_mut().zip(bindings) {
                     if with_binding {
                         pod.binding = Some(Binding::of_claim(&claim).render());
@@ -753,9 +864,21 @@ fn any_world() -> impl Strategy<Value = World> {
                 // `owned` is an index lookup: usually the pods carrying the
                 // UID, sometimes stale.
                 let owned = pods.iter().zip(mask).filter(|(_, picked)| *picked).map(|(pod, _)| pod.clone()).collect();
-                World { claim, owned, pods, read, store, pools, serving_since: serving_since.map(at), may_roll }
-            },
-        )
+                World {
+                    claim,
+                    owned,
+                    pods,
+                    read,
+                    store,
+                    pools,
+                    serving_since: serving_since.map(at),
+                    may_roll,
+                    claim_confirmed,
+                    acquired_lately,
+                    stores_listed,
+                    candidates_read: true,
+                }
+            })
     })
 }
 
@@ -852,21 +975,58 @@ proptest! {
     }
 
     #[test]
-    fn without_its_finalizer_a_claim_only_takes_and_records_a_pod(world in any_world()) {
+    fn without_its_finalizer_a_claim_only_reads_takes_and_records_a_pod(world in any_world()) {
         // Anything else (releasing, adopting, losing, migrating) would leave
         // pods behind if the claim were deleted meanwhile.
         if !world.claim.has_finalizer && !world.claim.deleting {
             let step = world.step();
             prop_assert!(
-                matches!(
-                    step,
-                    ClaimStep::AddFinalizer
-                        | ClaimStep::Acquire { .. }
-                        | ClaimStep::AcquirePreBound(_)
-                        | ClaimStep::Record(_)
-                ),
+                step.only_reads()
+                    || matches!(
+                        step,
+                        ClaimStep::AddFinalizer
+                            | ClaimStep::Acquire { .. }
+                            | ClaimStep::AcquirePreBound(_)
+                            | ClaimStep::Record(_)
+                    ),
                 "{step:?}"
             );
+        }
+    }
+
+    #[test]
+    fn a_pod_is_taken_only_by_a_claim_confirmed_current(world in any_world()) {
+        let step = world.step();
+        if matches!(&step, ClaimStep::Acquire { candidates } if !candidates.is_empty())
+            || matches!(step, ClaimStep::AcquirePreBound(_))
+        {
+            prop_assert!(world.read == Read::Live || world.claim_confirmed, "{step:?}");
+        }
+    }
+
+    #[test]
+    fn no_second_pod_while_the_one_taken_lately_is_not_seen(world in any_world()) {
+        if let ClaimStep::Acquire { candidates } = world.step()
+            && !candidates.is_empty()
+            && let Some(taken) = &world.acquired_lately
+        {
+            prop_assert!(world.owned.iter().any(|pod| pod.uid == *taken));
+        }
+    }
+
+    #[test]
+    fn a_pod_is_recorded_from_the_cache_only_if_just_acquired(world in any_world()) {
+        if let ClaimStep::Record(pod) = world.step()
+            && world.read == Read::Cached
+        {
+            prop_assert_eq!(world.acquired_lately.as_deref(), Some(pod.uid.as_str()));
+        }
+    }
+
+    #[test]
+    fn a_store_is_lost_only_on_a_listing_of_this_reconcile(world in any_world()) {
+        if let ClaimStep::MarkLost { reason: LossReason::StoreMissing, .. } = world.step() {
+            prop_assert!(world.stores_listed);
         }
     }
 

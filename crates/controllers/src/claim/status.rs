@@ -1,0 +1,425 @@
+//! The claim controller's writes to the claim itself: its spec and metadata
+//! (finalizer, pointer, migration fields) and its status (phase,
+//! conditions, the pod and store it is bound to), each at the
+//! resourceVersion the decision read.
+
+use cnpool_api::{CNClaim, CNClaimStatus, CNLabel, CNStoreStatus, ClaimPhase, MigrateStatus, PodRef, Workload, labels};
+use cnpool_core::claim::{LossReason, MigrationCause, Unavailable};
+use cnpool_core::model::{ClaimView, PodView, StoreView};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::api::{Api, PostParams};
+use kube::{Resource, ResourceExt};
+
+use super::Next;
+use super::observe::Snapshot;
+use crate::cache::key_of;
+use crate::context::{Context, Kind};
+use crate::error::{Error, is_not_found, is_stale};
+
+/// The condition type a claim reports its binding in.
+pub const BOUND_CONDITION: &str = "Bound";
+/// The condition type a claim reports its last migration in.
+pub const MIGRATION_CONDITION: &str = "Migration";
+/// How long a new claim may wait for its pod's store before its status shows
+/// it Pending, waiting for the store.
+const STORE_WAIT_SHOWN_AFTER: jiff::SignedDuration = jiff::SignedDuration::from_secs(5);
+/// The reasons of a claim waiting for something to come, not of a fault:
+/// no Warning Event for them.
+pub const NO_IDLE_POD: &str = "NoIdlePod";
+const WAITING_FOR_STORE: &str = "WaitingForStore";
+
+/// What to do when the claim, or a pod it read, changed since it was read
+/// (a write refused as stale, a pod the caches no longer hold): the watch
+/// brings the newer version and wakes the claim, so the timer is only the
+/// fallback, and it grows while the caches keep lagging.
+pub(super) fn changed_since_read<R>(ctx: &Context<R>, claim: &CNClaim) -> Next {
+    Next::Done(kube::runtime::controller::Action::requeue(ctx.refused(Kind::Claim, &key_of(claim))))
+}
+
+/// Replaces the claim (metadata and spec) at the resourceVersion read and
+/// goes on with what was written; when it changed or is gone, waits for
+/// its newer version.
+pub(super) async fn replace_claim<R>(ctx: &Context<R>, snap: &mut Snapshot, updated: &CNClaim) -> Result<Next, Error> {
+    Ok(match replace(ctx, updated).await? {
+        Some(written) => {
+            snap.claim = written;
+            Next::Again
+        }
+        None => changed_since_read(ctx, &snap.claim),
+    })
+}
+
+fn remember_written<R>(ctx: &Context<R>, read: &CNClaim, written: CNClaim) -> CNClaim {
+    ctx.claim_writes.wrote(read.resource_version().as_deref(), written.clone());
+    written
+}
+
+/// Replaces the claim at the resourceVersion read; `None` when it changed
+/// or is gone.
+pub(super) async fn replace<R>(ctx: &Context<R>, claim: &CNClaim) -> Result<Option<CNClaim>, Error> {
+    let claims: Api<CNClaim> = Api::namespaced(ctx.client.clone(), &claim.namespace().unwrap_or_default());
+    match claims.replace(&claim.name_any(), &PostParams::default(), claim).await {
+        Ok(written) => Ok(Some(remember_written(ctx, claim, written))),
+        Err(error) if is_stale(&error) || is_not_found(&error) => {
+            tracing::debug!(claim = %claim.name_any(), %error, "claim changed since it was read");
+            Ok(None)
+        }
+        Err(error) => Err(Error::kube("write", format!("CNClaim {}", claim.name_any()), error)),
+    }
+}
+
+/// Replaces the claim's status at the resourceVersion read.
+async fn replace_status<R>(ctx: &Context<R>, claim: &CNClaim) -> Result<Option<CNClaim>, Error> {
+    let claims: Api<CNClaim> = Api::namespaced(ctx.client.clone(), &claim.namespace().unwrap_or_default());
+    match claims.replace_status(&claim.name_any(), &PostParams::default(), claim).await {
+        Ok(written) => Ok(Some(remember_written(ctx, claim, written))),
+        Err(error) if is_stale(&error) || is_not_found(&error) => {
+            tracing::debug!(claim = %claim.name_any(), %error, "claim changed since it was read");
+            Ok(None)
+        }
+        Err(error) => Err(Error::kube("write status of", format!("CNClaim {}", claim.name_any()), error)),
+    }
+}
+
+/// Sets the condition `type_`; `true` when that changed anything.
+fn set_condition(
+    status: &mut CNClaimStatus,
+    type_: &str,
+    value: &str,
+    reason: &str,
+    message: &str,
+    generation: Option<i64>,
+    now: jiff::Timestamp,
+) -> bool {
+    let existing = status.conditions.iter_mut().find(|condition| condition.type_ == type_);
+    match existing {
+        Some(condition) if condition.status == value && condition.reason == reason && condition.message == message => {
+            false
+        }
+        Some(condition) => {
+            if condition.status != value {
+                condition.last_transition_time = Time(now);
+            }
+            condition.status = value.to_owned();
+            condition.reason = reason.to_owned();
+            condition.message = message.to_owned();
+            condition.observed_generation = generation;
+            true
+        }
+        None => {
+            status.conditions.push(Condition {
+                type_: type_.to_owned(),
+                status: value.to_owned(),
+                reason: reason.to_owned(),
+                message: message.to_owned(),
+                observed_generation: generation,
+                last_transition_time: Time(now),
+            });
+            true
+        }
+    }
+}
+
+/// Sets the condition `type_` (and phase Pending on a new claim) when it
+/// differs; publishes a Warning Event when the reason is new.
+pub(super) async fn write_condition<R>(
+    ctx: &Context<R>,
+    snap: &mut Snapshot,
+    type_: &str,
+    value: &str,
+    reason: &str,
+    message: &str,
+) -> Result<(), Error> {
+    let mut updated = snap.claim.clone();
+    let status = updated.status.get_or_insert_with(CNClaimStatus::default);
+    let mut changed = set_condition(status, type_, value, reason, message, snap.claim.metadata.generation, ctx.now());
+    if status.phase.is_none() {
+        status.phase = Some(ClaimPhase::Pending);
+        changed = true;
+    }
+    if !changed {
+        return Ok(());
+    }
+    if let Some(written) = replace_status(ctx, &updated).await? {
+        snap.claim = written;
+        if reason != NO_IDLE_POD && reason != WAITING_FOR_STORE {
+            let action = if type_ == MIGRATION_CONDITION { "Migrate" } else { "Bind" };
+            ctx.event(&snap.claim.object_ref(&()), true, reason, action, message.to_owned()).await;
+        }
+    }
+    Ok(())
+}
+
+/// A new claim shows no phase while its pod's store comes up (a moment,
+/// usually): its status is written once, Bound. One that has waited
+/// longer says so.
+pub(super) async fn show_store_wait<R>(ctx: &Context<R>, snap: &mut Snapshot, view: &ClaimView) -> Result<(), Error> {
+    let created = snap.claim.metadata.creation_timestamp.as_ref().map(|time| time.0);
+    let waited_long = created.is_some_and(|created| ctx.now().duration_since(created) >= STORE_WAIT_SHOWN_AFTER);
+    if view.phase.is_none() && waited_long {
+        let message = format!(
+            "pod {} is the claim's; waiting for its CN store to serve the claim's labels",
+            view.pod_name.as_deref().unwrap_or_default()
+        );
+        write_condition(ctx, snap, BOUND_CONDITION, "False", WAITING_FOR_STORE, &message).await?;
+    }
+    Ok(())
+}
+
+fn store_status(
+    pod: &PodView,
+    store: Option<&StoreView>,
+    registry: Option<&cnpool_registry::CnStore>,
+) -> CNStoreStatus {
+    let mut status = CNStoreStatus {
+        service_id: pod.store_uuid.clone(),
+        pod_uid: Some(pod.uid.clone()),
+        ..CNStoreStatus::default()
+    };
+    status.set_pod_name(&pod.name);
+    if let Some(store) = registry {
+        status.lock_service_address = Some(store.lock_service_address.clone());
+        status.pipeline_service_address = Some(store.service_address.clone());
+        status.sql_address = Some(store.sql_address.clone());
+        status.query_address = Some(store.query_address.clone());
+    }
+    if let Some(store) = store {
+        status.work_state = Some(store.work_state.code());
+        status.labels =
+            store.labels.iter().map(|(key, values)| CNLabel { key: key.clone(), values: values.clone() }).collect();
+    }
+    status
+}
+
+/// Records the held pod in one write: the `recorded-pod` annotation,
+/// `spec.podName`, `nodeName`, `poolName`, and the finalizer if missing.
+pub(super) async fn record<R>(
+    ctx: &Context<R>,
+    snap: &mut Snapshot,
+    view: &ClaimView,
+    pod: &PodView,
+) -> Result<Next, Error> {
+    let mut updated = snap.claim.clone();
+    // The pointer names what the claim holds. It can name another pod only
+    // after a race (a reconcile on a stale claim adopted the other of two
+    // pods it had acquired): leaving it would show Bound to a released pod.
+    updated.spec.pod_name = pod.name.clone();
+    updated.spec.node_name = pod.node.clone().unwrap_or_default();
+    if updated.spec.pool_name.is_empty() {
+        updated.spec.pool_name = pod.pool.clone().unwrap_or_default();
+    }
+    if !view.has_finalizer {
+        updated.finalizers_mut().push(labels::CLAIM_FINALIZER.to_owned());
+    }
+    updated.annotations_mut().insert(labels::RECORDED_POD.to_owned(), format!("{}/{}", pod.name, pod.uid));
+    let next = replace_claim(ctx, snap, &updated).await?;
+    if matches!(next, Next::Again) {
+        tracing::info!(claim = %view.name, pod = %pod.name, "claim recorded its pod");
+    }
+    Ok(next)
+}
+
+/// Clears `spec.podName` (and `nodeName`) of a Lost standalone claim so
+/// that it binds again.
+pub(super) async fn rebind<R>(ctx: &Context<R>, snap: &mut Snapshot, view: &ClaimView) -> Result<Next, Error> {
+    let mut updated = snap.claim.clone();
+    updated.spec.pod_name.clear();
+    updated.spec.node_name.clear();
+    let next = replace_claim(ctx, snap, &updated).await?;
+    if matches!(next, Next::Again) {
+        tracing::info!(claim = %view.name, "lost claim clears its pod to bind again");
+    }
+    Ok(next)
+}
+
+/// Sets phase Lost; `false` when the claim changed since it was read.
+pub(super) async fn mark_lost<R>(
+    ctx: &Context<R>,
+    snap: &mut Snapshot,
+    view: &ClaimView,
+    reason: LossReason,
+) -> Result<bool, Error> {
+    let mut updated = snap.claim.clone();
+    let status = updated.status.get_or_insert_with(CNClaimStatus::default);
+    let from = status.phase;
+    status.phase = Some(ClaimPhase::Lost);
+    let generation = snap.claim.metadata.generation;
+    set_condition(status, BOUND_CONDITION, "False", reason.as_str(), reason.message(), generation, ctx.now());
+    if let Some(written) = replace_status(ctx, &updated).await? {
+        tracing::info!(claim = %view.name, from = ?from, to = "Lost", reason = reason.as_str(), "claim lost its pod");
+        ctx.metrics.claim_lost(reason.as_str());
+        snap.claim = written;
+        ctx.event(&snap.claim.object_ref(&()), true, reason.as_str(), "Lose", reason.message().to_owned()).await;
+        return Ok(true);
+    }
+    Ok(false)
+}
+
+/// Sets phase Bound with the held pod and its store in status; `false`
+/// when the claim changed since it was read.
+pub(super) async fn mark_bound<R>(
+    ctx: &Context<R>,
+    snap: &mut Snapshot,
+    view: &ClaimView,
+    held: Option<&PodView>,
+    store: Option<&StoreView>,
+) -> Result<bool, Error> {
+    let mut updated = snap.claim.clone();
+    let pod_name = updated.spec.pod_name.clone();
+    let status = updated.status.get_or_insert_with(CNClaimStatus::default);
+    let from = status.phase;
+    status.phase = Some(ClaimPhase::Bound);
+    let now = ctx.now();
+    let bound_at = Time(now);
+    let first_bind = status.bound_time.is_none();
+    status.bound_time.get_or_insert_with(|| bound_at.clone());
+    if let Some(pod) = held {
+        // The store of the pod held; the time it was first shown Bound to
+        // that very pod is kept.
+        let registry = pod.store_uuid.as_deref().and_then(|uuid| ctx.store(uuid).1);
+        let same_pod = status.store.as_ref().is_some_and(|shown| shown.pod_uid.as_deref() == Some(pod.uid.as_str()));
+        let shown_since = status.store.as_ref().and_then(|shown| shown.bound_time.clone()).filter(|_| same_pod);
+        let mut shown = store_status(pod, store, registry.as_ref());
+        shown.bound_time = Some(shown_since.unwrap_or(bound_at));
+        status.store = Some(shown);
+    }
+    let message = format!("bound to pod {pod_name}, whose CN store serves the claim's labels");
+    set_condition(status, BOUND_CONDITION, "True", "Bound", &message, snap.claim.metadata.generation, now);
+    let Some(written) = replace_status(ctx, &updated).await? else { return Ok(false) };
+    tracing::info!(claim = %view.name, pod = %pod_name, from = ?from, to = "Bound", "claim bound");
+    if first_bind && let Some(created) = &snap.claim.metadata.creation_timestamp {
+        let waited = now.duration_since(created.0);
+        ctx.metrics.claim_bound_after(waited.as_secs_f64().max(0.0));
+    }
+    snap.claim = written;
+    ctx.event(&snap.claim.object_ref(&()), false, "Bound", "Bind", message).await;
+    Ok(true)
+}
+
+/// Sets phase Outdated: the held pod runs an old template of its pool.
+pub(super) async fn mark_outdated<R>(ctx: &Context<R>, snap: &mut Snapshot, view: &ClaimView) -> Result<Next, Error> {
+    let mut updated = snap.claim.clone();
+    let status = updated.status.get_or_insert_with(CNClaimStatus::default);
+    let from = status.phase;
+    status.phase = Some(ClaimPhase::Outdated);
+    let Some(written) = replace_status(ctx, &updated).await? else {
+        return Ok(changed_since_read(ctx, &snap.claim));
+    };
+    snap.claim = written;
+    tracing::info!(claim = %view.name, from = ?from, to = "Outdated", "claim's pod runs an old template");
+    Ok(Next::Again)
+}
+
+/// Starts a migration off `pod`: `sourcePod` = it, `spec.podName` cleared
+/// so that cnpool picks the target.
+pub(super) async fn start_migration<R>(
+    ctx: &Context<R>,
+    snap: &mut Snapshot,
+    view: &ClaimView,
+    pod: &PodView,
+    cause: MigrationCause,
+) -> Result<Next, Error> {
+    let mut updated = snap.claim.clone();
+    let node_name = pod.node.clone().unwrap_or_default();
+    updated.spec.source_pod = Some(PodRef { pod_name: pod.name.clone(), node_name });
+    updated.spec.pod_name.clear();
+    let Some(written) = replace(ctx, &updated).await? else {
+        return Ok(changed_since_read(ctx, &snap.claim));
+    };
+    snap.claim = written;
+    if cause == MigrationCause::Outdated {
+        ctx.note_rolled(&snap.namespace(), pod.pool.as_deref().unwrap_or_default());
+    }
+    let why = cause.message();
+    tracing::info!(claim = %view.name, pod = %pod.name, why, "claim starts migrating");
+    let note = format!("pod {} {why}: migrating to another pod", pod.name);
+    ctx.event(&snap.claim.object_ref(&()), false, "MigrationStarted", "Migrate", note).await;
+    Ok(Next::Again)
+}
+
+/// Copies the released source's workload into `status.migrate`.
+pub(super) async fn report_drain<R>(
+    ctx: &Context<R>,
+    snap: &mut Snapshot,
+    view: &ClaimView,
+    workload: cnpool_registry::Workload,
+) -> Result<(), Error> {
+    let mut updated = snap.claim.clone();
+    let status = updated.status.get_or_insert_with(CNClaimStatus::default);
+    status.migrate = Some(MigrateStatus { source: Some(reported_workload(workload)) });
+    if let Some(written) = replace_status(ctx, &updated).await? {
+        tracing::debug!(claim = %view.name, ?workload, "migration source drains");
+        snap.claim = written;
+    }
+    Ok(())
+}
+
+/// The workload as `status.migrate` reports it.
+fn reported_workload(workload: cnpool_registry::Workload) -> Workload {
+    let count = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+    Workload {
+        connections: count(workload.sessions),
+        pipelines: count(workload.pipelines),
+        replicas: count(workload.replicas),
+    }
+}
+
+/// Refuses a migration: `spec.podName` back to the source and `sourcePod`
+/// cleared in one write, then the Migration condition says why.
+pub(super) async fn refuse_migration<R>(
+    ctx: &Context<R>,
+    snap: &mut Snapshot,
+    view: &ClaimView,
+    why: Unavailable,
+) -> Result<Next, Error> {
+    let source = view.source_pod.clone().unwrap_or_default();
+    let target = view.pod_name.clone().unwrap_or_default();
+    let mut updated = snap.claim.clone();
+    updated.spec.pod_name.clone_from(&source);
+    updated.spec.source_pod = None;
+    let Some(written) = replace(ctx, &updated).await? else {
+        return Ok(changed_since_read(ctx, &snap.claim));
+    };
+    snap.claim = written;
+    tracing::info!(claim = %view.name, target = %target, source = %source, reason = why.as_str(), "migration refused");
+    ctx.end_migration(&view.uid, Some("Refused"));
+    let message = format!("target pod {target}: {}; the claim stays on pod {source}", why.message());
+    write_condition(ctx, snap, MIGRATION_CONDITION, "False", "MigrationRefused", &message).await?;
+    Ok(Next::Again)
+}
+
+/// Ends a migration whose source is done with: `status.migrate` cleared
+/// (and the target's bound time recorded), then `spec.sourcePod`.
+pub(super) async fn complete_migration<R>(
+    ctx: &Context<R>,
+    snap: &mut Snapshot,
+    view: &ClaimView,
+) -> Result<Next, Error> {
+    let source = view.source_pod.clone().unwrap_or_default();
+    let target = view.pod_name.clone().unwrap_or_default();
+    let message = format!("moved from pod {source} to pod {target}");
+    let now = ctx.now();
+    let mut updated = snap.claim.clone();
+    let status = updated.status.get_or_insert_with(CNClaimStatus::default);
+    status.migrate = None;
+    if let Some(store) = status.store.as_mut() {
+        store.bound_time.get_or_insert(Time(now));
+    }
+    set_condition(status, MIGRATION_CONDITION, "True", "Migrated", &message, snap.claim.metadata.generation, now);
+    if updated.status != snap.claim.status {
+        match replace_status(ctx, &updated).await? {
+            Some(written) => snap.claim = written,
+            None => return Ok(changed_since_read(ctx, &snap.claim)),
+        }
+    }
+    let mut updated = snap.claim.clone();
+    updated.spec.source_pod = None;
+    let Some(written) = replace(ctx, &updated).await? else {
+        return Ok(changed_since_read(ctx, &snap.claim));
+    };
+    snap.claim = written;
+    tracing::info!(claim = %view.name, from = %source, to = %target, "claim migrated");
+    ctx.end_migration(&view.uid, Some("Completed"));
+    ctx.event(&snap.claim.object_ref(&()), false, "Migrated", "Migrate", message).await;
+    Ok(Next::Again)
+}
