@@ -1,26 +1,17 @@
-//! Label selector matching, as the API server does it.
+//! Label selector matching, by kube's [`Selector`] so that a claim selects
+//! what the API server would.
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use kube::core::{Selector, SelectorExt};
 
 /// Whether `labels` satisfy every term of `selector`. An empty selector
-/// matches everything; an unknown operator matches nothing, so a malformed
-/// selector can never widen what a claim may take.
+/// matches everything. A selector kube cannot read (an unknown operator, In
+/// or NotIn without values) matches nothing, so a malformed selector can
+/// never widen what a claim may take; validation names the bad field.
 pub fn selector_matches(selector: &LabelSelector, labels: &BTreeMap<String, String>) -> bool {
-    let labels_match = selector.match_labels.iter().flatten().all(|(key, value)| labels.get(key) == Some(value));
-    labels_match
-        && selector.match_expressions.iter().flatten().all(|requirement| {
-            let values = requirement.values.as_deref().unwrap_or_default();
-            let value = labels.get(&requirement.key);
-            match requirement.operator.as_str() {
-                "In" => value.is_some_and(|value| values.contains(value)),
-                "NotIn" => value.is_none_or(|value| !values.contains(value)),
-                "Exists" => value.is_some(),
-                "DoesNotExist" => value.is_none(),
-                _ => false,
-            }
-        })
+    Selector::try_from(selector.clone()).is_ok_and(|selector| selector.matches(labels))
 }
 
 #[cfg(test)]
@@ -33,15 +24,16 @@ mod tests {
         pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
     }
 
-    fn expression(key: &str, operator: &str, values: &[&str]) -> LabelSelector {
-        LabelSelector {
-            match_expressions: Some(vec![LabelSelectorRequirement {
-                key: key.into(),
-                operator: operator.into(),
-                values: Some(values.iter().map(ToString::to_string).collect()),
-            }]),
-            ..Default::default()
+    fn requirement(key: &str, operator: &str, values: Option<&[&str]>) -> LabelSelectorRequirement {
+        LabelSelectorRequirement {
+            key: key.into(),
+            operator: operator.into(),
+            values: values.map(|values| values.iter().map(ToString::to_string).collect()),
         }
+    }
+
+    fn expression(key: &str, operator: &str, values: &[&str]) -> LabelSelector {
+        LabelSelector { match_expressions: Some(vec![requirement(key, operator, Some(values))]), ..Default::default() }
     }
 
     #[test]
@@ -67,8 +59,39 @@ mod tests {
     }
 
     #[test]
-    fn an_unknown_operator_matches_nothing() {
-        assert!(!selector_matches(&expression("tier", "Like", &["gold"]), &labels(&[("tier", "gold")])));
+    fn match_labels_and_expressions_must_all_hold() {
+        let selector = LabelSelector {
+            match_labels: Some(labels(&[("pool", "default")])),
+            match_expressions: Some(vec![
+                requirement("tier", "In", Some(&["gold", "silver"])),
+                requirement("zone", "NotIn", Some(&["b"])),
+                requirement("cn", "Exists", None),
+                requirement("cordoned", "DoesNotExist", None),
+            ]),
+        };
+        let fits = [("pool", "default"), ("tier", "gold"), ("zone", "a"), ("cn", "")];
+        assert!(selector_matches(&selector, &labels(&fits)));
+        for (broken, why) in [
+            ([("pool", "other"), ("tier", "gold"), ("zone", "a"), ("cn", "")], "matchLabels"),
+            ([("pool", "default"), ("tier", "bronze"), ("zone", "a"), ("cn", "")], "In"),
+            ([("pool", "default"), ("tier", "gold"), ("zone", "b"), ("cn", "")], "NotIn"),
+            ([("pool", "default"), ("tier", "gold"), ("zone", "a"), ("x", "")], "Exists"),
+            ([("pool", "default"), ("tier", "gold"), ("cn", ""), ("cordoned", "")], "DoesNotExist"),
+        ] {
+            assert!(!selector_matches(&selector, &labels(&broken)), "{why} fails, so the selector does");
+        }
+    }
+
+    #[test]
+    fn a_selector_kube_cannot_read_matches_nothing() {
+        let gold = labels(&[("tier", "gold")]);
+        assert!(!selector_matches(&expression("tier", "Like", &["gold"]), &gold));
+        let without_values = |operator| LabelSelector {
+            match_expressions: Some(vec![requirement("tier", operator, None)]),
+            ..Default::default()
+        };
+        assert!(!selector_matches(&without_values("In"), &gold));
+        assert!(!selector_matches(&without_values("NotIn"), &labels(&[])), "not even the keys NotIn would allow");
     }
 
     #[test]

@@ -163,22 +163,36 @@ fn owner_and_pool_names_must_fit_in_a_label_value() {
 
 #[test]
 fn selector_operators_and_values_are_checked() {
+    let values = "spec.selector.matchExpressions[0].values";
     let cases = [
-        (expression("zone", "In", &[]), "spec.selector.matchExpressions[0].values", "needs at least one value"),
-        (expression("zone", "Exists", &["a"]), "spec.selector.matchExpressions[0].values", "must be empty"),
-        (expression("zone", "Like", &["a"]), "spec.selector.matchExpressions[0].operator", "`Like` is not an operator"),
-        (expression("bad key!", "Exists", &[]), "spec.selector.matchExpressions[0].key", "not a valid label name"),
+        (expression("zone", "In", &[]), values, "needs at least one value", "list the values"),
+        (expression("zone", "NotIn", &[]), values, "needs at least one value", "list the values"),
+        (expression("zone", "Exists", &["a"]), values, "must be empty", "remove the values"),
+        (
+            expression("zone", "Like", &["a"]),
+            "spec.selector.matchExpressions[0].operator",
+            "`Like` is not an operator",
+            "use one of In, NotIn, Exists, DoesNotExist",
+        ),
+        (
+            expression("bad key!", "Exists", &[]),
+            "spec.selector.matchExpressions[0].key",
+            "not a valid label name",
+            "at most 63 characters",
+        ),
         (
             expression("zone", "NotIn", &["a b"]),
             "spec.selector.matchExpressions[0].values[0]",
             "not a valid label value",
+            "or leave it empty",
         ),
     ];
-    for (selector, field, problem) in cases {
+    for (selector, field, problem, fix) in cases {
         let spec = CNClaimSpec { selector, ..claim() };
         let error = only_error(validate_claim_spec(&spec));
         assert_eq!(error.field, field);
         assert!(error.problem.contains(problem), "{error}");
+        assert!(error.fix.contains(fix), "{error}");
     }
     for operator in ["Exists", "DoesNotExist"] {
         let spec = CNClaimSpec { selector: expression("zone", operator, &[]), ..claim() };
@@ -210,6 +224,11 @@ fn a_claim_set_selector_must_match_its_template() {
     set.selector =
         Some(LabelSelector { match_labels: Some(BTreeMap::from([("app".into(), "a".into())])), ..Default::default() });
     assert_eq!(validate_claim_set_spec(&set), Ok(()));
+    set.selector = Some(expression("app", "In", &["a", "b"]));
+    assert_eq!(validate_claim_set_spec(&set), Ok(()));
+    // A selector that cannot be read is reported once, where it is wrong.
+    set.selector = Some(expression("app", "Like", &["a"]));
+    assert_eq!(only_error(validate_claim_set_spec(&set)).field, "spec.selector.matchExpressions[0].operator");
 }
 
 #[test]
