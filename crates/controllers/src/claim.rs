@@ -111,12 +111,13 @@ use kube::api::{Api, ListParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 
-use crate::cache::{IdlePod, Key, key_of};
-use crate::context::{ACQUIRED_LATELY, Context, Kind};
+use crate::cache::IdlePod;
+use crate::context::Context;
 use crate::error::{Error, is_not_found, is_stale};
+use crate::key::{Key, Kind, key_of};
+use crate::lately::ACQUIRED_LATELY;
+use crate::observe::store_missing_noted;
 use crate::ownership::{self, Outcome, Transition};
-use crate::pool::{on_cordoned_node, read_pod, unowned_store_missing_since};
-use crate::store::store_missing_noted;
 
 /// The condition type a claim reports its binding in.
 pub const BOUND_CONDITION: &str = "Bound";
@@ -172,7 +173,7 @@ pub async fn reconcile<R: StoreRegistry + 'static>(claim: Arc<CNClaim>, ctx: Arc
 }
 
 pub fn error_policy<R>(claim: Arc<CNClaim>, error: &Error, ctx: Arc<Context<R>>) -> Action {
-    let delay = ctx.backoff(Kind::Claim, &key_of(claim.as_ref()));
+    let delay = ctx.backoff.failure(Kind::Claim, &key_of(claim.as_ref()));
     tracing::warn!(claim = %claim.name_any(), error = %error, kind = error.metric_label(), ?delay, "claim reconcile failed");
     Action::requeue(delay)
 }
@@ -281,7 +282,7 @@ fn raw<'a>(pods: impl IntoIterator<Item = &'a Arc<Pod>>, view: &PodView) -> Opti
 fn may_roll<R>(ctx: &Context<R>, namespace: &str, held: Option<&PodView>) -> bool {
     let Some(pool) = held.and_then(|pod| pod.pool.as_deref()) else { return false };
     let migrating = ctx.claims.in_pool(namespace, pool).iter().any(|claim| claim.spec.source_pod.is_some());
-    !migrating && !ctx.rolled_lately(namespace, pool)
+    !migrating && !ctx.rollouts.lately(namespace, pool)
 }
 
 /// How many Idle pods a claim reads from each pool that it may take (after
@@ -316,15 +317,15 @@ fn candidate_pods<R>(
     let returning = |idle: &IdlePod| claim.owner_name.is_some() && idle.view.last_owner == claim.owner_name;
     for pool in &pool_names {
         let mut offer = |idle: Arc<IdlePod>| {
-            if ctx.acquired_lately(&idle.view.uid) {
+            if ctx.pods_taken_lately.contains(&idle.view.uid) {
                 held_back = true;
                 return false;
             }
             // Reading the store's absence also starts the clock by which the
             // pool replaces the pod.
             let offerable = eligibility(claim, &idle.view, pools).is_ok()
-                && !on_cordoned_node(ctx, &idle.view)
-                && unowned_store_missing_since(ctx, &idle.pod, &idle.view).is_none();
+                && !ctx.observer().on_cordoned_node(&idle.view)
+                && ctx.observer().unowned_store_missing_since(&idle.pod, &idle.view).is_none();
             if offerable {
                 offered.push(idle);
             }
@@ -355,11 +356,11 @@ async fn step<R: StoreRegistry>(ctx: &Context<R>, snap: &mut Snapshot, key: &Key
     let view = claim_view(&snap.claim)?;
     snap.refresh(ctx, &view).await?;
     let namespace = snap.namespace();
-    let owned: Vec<PodView> = snap.owned.iter().map(|pod| read_pod(ctx, pod)).collect::<Result<_, _>>()?;
+    let owned: Vec<PodView> = snap.owned.iter().map(|pod| ctx.observer().read_pod(pod)).collect::<Result<_, _>>()?;
     #[cfg(feature = "sabotage")]
     let owned = crate::sabotage::hide_extra_pods(&view, owned);
-    let pointed: Option<PodView> = snap.pointed.as_deref().map(|pod| read_pod(ctx, pod)).transpose()?;
-    let source: Option<PodView> = snap.source.as_deref().map(|pod| read_pod(ctx, pod)).transpose()?;
+    let pointed: Option<PodView> = snap.pointed.as_deref().map(|pod| ctx.observer().read_pod(pod)).transpose()?;
+    let source: Option<PodView> = snap.source.as_deref().map(|pod| ctx.observer().read_pod(pod)).transpose()?;
     let pools = ctx.pool_views();
     let held: Vec<&PodView> = owned
         .iter()
@@ -381,7 +382,7 @@ async fn step<R: StoreRegistry>(ctx: &Context<R>, snap: &mut Snapshot, key: &Key
     // A migrating claim that holds no target yet serves from its source.
     let serving_pod = if held.is_empty() { source.as_ref().filter(|pod| pod.is_owned_by(&view.uid)) } else { held_pod };
     let store_uuid = serving_pod.and_then(|pod| pod.store_uuid.clone());
-    let store_view = ctx.observe_store(store_uuid.as_deref());
+    let store_view = ctx.stores.view(store_uuid.as_deref());
     let store_noted = serving_pod
         .and_then(|serving| {
             let read = snap.owned.iter().chain(snap.pointed.as_ref()).chain(snap.source.as_ref());
@@ -389,7 +390,7 @@ async fn step<R: StoreRegistry>(ctx: &Context<R>, snap: &mut Snapshot, key: &Key
         })
         .and_then(|pod| store_missing_noted(pod));
     let serving_since = match &view.source_pod {
-        Some(_) => ctx.track_migration(&view.uid, held_pod.map(|pod| pod.uid.as_str())),
+        Some(_) => ctx.migrations.track(&view.uid, held_pod.map(|pod| pod.uid.as_str())),
         None => None,
     };
     let input = ClaimInput {
@@ -397,7 +398,7 @@ async fn step<R: StoreRegistry>(ctx: &Context<R>, snap: &mut Snapshot, key: &Key
         owned: &owned,
         pointed: pointed.as_ref(),
         read: snap.read,
-        store: ctx.observed(store_uuid.as_deref(), &store_view, store_noted),
+        store: ctx.stores.observed(store_uuid.as_deref(), &store_view, store_noted, ctx.now()),
         candidates: &candidates,
         pools: &pools,
         now: ctx.now(),
@@ -444,7 +445,7 @@ async fn step<R: StoreRegistry>(ctx: &Context<R>, snap: &mut Snapshot, key: &Key
         | ClaimStep::ConfirmRecord => {
             if snap.read == Read::Live {
                 // Already live: a second confirmation would loop.
-                return Ok(Next::Done(Action::requeue(ctx.backoff(Kind::Claim, key))));
+                return Ok(Next::Done(Action::requeue(ctx.backoff.failure(Kind::Claim, key))));
             }
             Ok(if snap.read_live(ctx).await? { Next::Again } else { Next::Done(Action::await_change()) })
         }
@@ -459,7 +460,7 @@ async fn step<R: StoreRegistry>(ctx: &Context<R>, snap: &mut Snapshot, key: &Key
             updated.finalizers_mut().retain(|finalizer| finalizer != labels::CLAIM_FINALIZER);
             if replace(ctx, &updated).await?.is_some() {
                 tracing::info!(claim = %view.name, released = release.len(), "claim finalized");
-                ctx.end_migration(&view.uid, None);
+                ctx.migrations.end(&view.uid, None);
             }
             Ok(Next::Done(Action::await_change()))
         }
@@ -499,10 +500,10 @@ async fn step<R: StoreRegistry>(ctx: &Context<R>, snap: &mut Snapshot, key: &Key
             }
             match ownership::transition(&ctx.client, &raw, Transition::Acquire(&view), ctx.now()).await? {
                 Outcome::Applied(written) => {
-                    ctx.note_acquired(&pod.uid);
-                    ctx.note_claim_acquired(&view.uid, Some(&pod.uid));
+                    ctx.pods_taken_lately.note(&pod.uid);
+                    ctx.claims_took_lately.note(&view.uid, Some(&pod.uid));
                     // Progress: a failure from here on retries from the shortest delay.
-                    ctx.settled(Kind::Claim, key);
+                    ctx.backoff.settled(Kind::Claim, key);
                     snap.put_pod(ctx, &raw, *written);
                     Ok(Next::Again)
                 }
@@ -512,14 +513,14 @@ async fn step<R: StoreRegistry>(ctx: &Context<R>, snap: &mut Snapshot, key: &Key
         ClaimStep::ReportUnavailable(why) => {
             let message = format!("requested pod {}: {}", view.pod_name.as_deref().unwrap_or_default(), why.message());
             write_condition(ctx, snap, BOUND_CONDITION, "False", why.as_str(), &message).await?;
-            Ok(Next::Done(Action::requeue(ctx.wait(Kind::Claim, key))))
+            Ok(Next::Done(Action::requeue(ctx.backoff.wait(Kind::Claim, key))))
         }
         ClaimStep::Acquire { candidates } => {
             // The claim took a pod moments ago that its caches do not show
             // yet: wait for them rather than take a second pod. One they do
             // show (a migration's source, bound just before) is no reason.
             let unseen = |pod_uid: &String| !snap.owned.iter().any(|pod| pod.uid().as_ref() == Some(pod_uid));
-            if ctx.pod_acquired_lately(&view.uid).is_some_and(|pod_uid| unseen(&pod_uid)) {
+            if ctx.claims_took_lately.pod(&view.uid).is_some_and(|pod_uid| unseen(&pod_uid)) {
                 return Ok(changed_since_read(ctx, &snap.claim));
             }
             if !candidates.is_empty() && !snap.is_current(ctx).await? {
@@ -528,18 +529,18 @@ async fn step<R: StoreRegistry>(ctx: &Context<R>, snap: &mut Snapshot, key: &Key
             let unreserved = candidates
                 .iter()
                 .filter_map(|pod| Some((pod, raw(&read_pods, pod)?)))
-                .filter(|(pod, _)| ctx.reserve_for_acquire(&pod.uid));
+                .filter(|(pod, _)| ctx.pods_taken_lately.reserve(&pod.uid));
             for (pod, raw) in unreserved.take(ctx.config.acquire_attempts) {
                 match ownership::transition(&ctx.client, &raw, Transition::Acquire(&view), ctx.now()).await? {
                     Outcome::Applied(written) => {
-                        ctx.note_acquired(&pod.uid);
-                        ctx.note_claim_acquired(&view.uid, Some(&pod.uid));
-                        ctx.settled(Kind::Claim, key);
+                        ctx.pods_taken_lately.note(&pod.uid);
+                        ctx.claims_took_lately.note(&view.uid, Some(&pod.uid));
+                        ctx.backoff.settled(Kind::Claim, key);
                         snap.put_pod(ctx, &raw, *written);
                         return Ok(Next::Again);
                     }
                     // Taken by someone else since the cache showed it: next.
-                    Outcome::Stale | Outcome::NotApplicable => ctx.note_acquired(&pod.uid),
+                    Outcome::Stale | Outcome::NotApplicable => ctx.pods_taken_lately.note(&pod.uid),
                 }
             }
             // A Lost claim keeps the condition that says why it was lost
@@ -554,7 +555,11 @@ async fn step<R: StoreRegistry>(ctx: &Context<R>, snap: &mut Snapshot, key: &Key
             // A pod held back as acquired lately comes back when that note
             // expires, with no event if its acquire was refused without a
             // change: the wait for capacity must not outgrow the note.
-            let delay = if candidates.is_empty() { ctx.wait(Kind::Claim, key) } else { ctx.backoff(Kind::Claim, key) };
+            let delay = if candidates.is_empty() {
+                ctx.backoff.wait(Kind::Claim, key)
+            } else {
+                ctx.backoff.failure(Kind::Claim, key)
+            };
             Ok(Next::Done(Action::requeue(if held_back { delay.min(ACQUIRED_LATELY) } else { delay })))
         }
         ClaimStep::Record(pod) => {
@@ -562,7 +567,7 @@ async fn step<R: StoreRegistry>(ctx: &Context<R>, snap: &mut Snapshot, key: &Key
             // just acquire for it may be one the claim held before the cache
             // fell behind (released, even deleted, since): recording it
             // would point the claim at a pod it no longer has, and lose it.
-            let just_acquired = ctx.pod_acquired_lately(&view.uid).as_deref() == Some(pod.uid.as_str());
+            let just_acquired = ctx.claims_took_lately.pod(&view.uid).as_deref() == Some(pod.uid.as_str());
             if snap.read == Read::Cached && !just_acquired {
                 return Ok(if snap.read_live(ctx).await? { Next::Again } else { Next::Done(Action::await_change()) });
             }
@@ -588,7 +593,7 @@ async fn step<R: StoreRegistry>(ctx: &Context<R>, snap: &mut Snapshot, key: &Key
             // on a listing this reconcile read; else the claim took a pod just
             // registered, lost it at once, and the pod was retired, in a loop.
             if reason == LossReason::StoreMissing && !snap.stores_listed {
-                crate::store::refresh_stores(ctx).await?;
+                crate::registry_poll::refresh_stores(ctx).await?;
                 snap.stores_listed = true;
                 return Ok(Next::Again);
             }
@@ -597,7 +602,7 @@ async fn step<R: StoreRegistry>(ctx: &Context<R>, snap: &mut Snapshot, key: &Key
                 return Ok(changed_since_read(ctx, &snap.claim));
             }
             // What it took is gone: a replacement may be taken at once.
-            ctx.note_claim_acquired(&view.uid, None);
+            ctx.claims_took_lately.note(&view.uid, None);
             for pod in &release {
                 let Some(raw) = raw(&read_pods, pod.pod) else { continue };
                 if let Outcome::Applied(written) =
@@ -640,7 +645,7 @@ async fn step<R: StoreRegistry>(ctx: &Context<R>, snap: &mut Snapshot, key: &Key
             Ok(Next::Done(Action::requeue(match lost_in {
                 // A missing store is looked at again when its bound runs out.
                 Some(left) => left + ctx.config.requeue_min,
-                None => ctx.wait(Kind::Claim, key),
+                None => ctx.backoff.wait(Kind::Claim, key),
             })))
         }
         ClaimStep::MarkBound => {
@@ -648,7 +653,7 @@ async fn step<R: StoreRegistry>(ctx: &Context<R>, snap: &mut Snapshot, key: &Key
                 // The claim changed since it was read: its watch wakes it.
                 return Ok(changed_since_read(ctx, &snap.claim));
             }
-            ctx.settled(Kind::Claim, key);
+            ctx.backoff.settled(Kind::Claim, key);
             // A migration's target shown Bound goes on to release the source.
             Ok(Next::Again)
         }
@@ -661,7 +666,7 @@ async fn step<R: StoreRegistry>(ctx: &Context<R>, snap: &mut Snapshot, key: &Key
                 Some(written) => {
                     snap.claim = written;
                     if cause == MigrationCause::Outdated {
-                        ctx.note_rolled(&namespace, pod.pool.as_deref().unwrap_or_default());
+                        ctx.rollouts.started(&namespace, pod.pool.as_deref().unwrap_or_default());
                     }
                     let why = cause.message();
                     tracing::info!(claim = %view.name, pod = %pod.name, why, "claim starts migrating");
@@ -686,7 +691,7 @@ async fn step<R: StoreRegistry>(ctx: &Context<R>, snap: &mut Snapshot, key: &Key
         }
         ClaimStep::RefuseMigration(why) => refuse_migration(ctx, snap, &view, why).await,
         ClaimStep::NoteTargetServing(target) => {
-            ctx.note_target_serving(&view.uid, &target.uid);
+            ctx.migrations.target_serving(&view.uid, &target.uid);
             Ok(Next::Again)
         }
         ClaimStep::WaitToReleaseSource(remaining) => {
@@ -714,12 +719,12 @@ async fn step<R: StoreRegistry>(ctx: &Context<R>, snap: &mut Snapshot, key: &Key
                 tracing::debug!(claim = %view.name, ?workload, "migration source drains");
                 snap.claim = written;
             }
-            Ok(Next::Done(Action::requeue(ctx.wait(Kind::Claim, key))))
+            Ok(Next::Done(Action::requeue(ctx.backoff.wait(Kind::Claim, key))))
         }
-        ClaimStep::WaitForDrain => Ok(Next::Done(Action::requeue(ctx.wait(Kind::Claim, key)))),
+        ClaimStep::WaitForDrain => Ok(Next::Done(Action::requeue(ctx.backoff.wait(Kind::Claim, key)))),
         ClaimStep::CompleteMigration => complete_migration(ctx, snap, &view).await,
         ClaimStep::InSync => {
-            ctx.settled(Kind::Claim, key);
+            ctx.backoff.settled(Kind::Claim, key);
             Ok(Next::Done(if view.deleting { Action::await_change() } else { Action::requeue(ctx.config.resync) }))
         }
     }
@@ -748,7 +753,7 @@ async fn release_pod<R>(ctx: &Context<R>, pod: &Pod, view: &ClaimView, release: 
 /// brings the newer version and wakes the claim, so the timer is only the
 /// fallback, and it grows while the caches keep lagging.
 fn changed_since_read<R>(ctx: &Context<R>, claim: &CNClaim) -> Next {
-    Next::Done(Action::requeue(ctx.refused(Kind::Claim, &key_of(claim))))
+    Next::Done(Action::requeue(ctx.backoff.refused(Kind::Claim, &key_of(claim))))
 }
 
 fn remember_written<R>(ctx: &Context<R>, read: &CNClaim, written: CNClaim) -> CNClaim {
@@ -943,7 +948,7 @@ async fn mark_bound<R>(
     if let Some(pod) = held {
         // The store of the pod held; the time it was first shown Bound to
         // that very pod is kept.
-        let registry = pod.store_uuid.as_deref().and_then(|uuid| ctx.store(uuid).1);
+        let registry = pod.store_uuid.as_deref().and_then(|uuid| ctx.stores.get(uuid).1);
         let same_pod = status.store.as_ref().is_some_and(|shown| shown.pod_uid.as_deref() == Some(pod.uid.as_str()));
         let shown_since = status.store.as_ref().and_then(|shown| shown.bound_time.clone()).filter(|_| same_pod);
         let mut shown = store_status(pod, store, registry.as_ref());
@@ -991,7 +996,7 @@ async fn refuse_migration<R>(
     };
     snap.claim = written;
     tracing::info!(claim = %view.name, target = %target, source = %source, reason = why.as_str(), "migration refused");
-    ctx.end_migration(&view.uid, Some("Refused"));
+    ctx.migrations.end(&view.uid, Some("Refused"));
     let message = format!("target pod {target}: {}; the claim stays on pod {source}", why.message());
     write_condition(ctx, snap, MIGRATION_CONDITION, "False", "MigrationRefused", &message).await?;
     Ok(Next::Again)
@@ -1024,7 +1029,7 @@ async fn complete_migration<R>(ctx: &Context<R>, snap: &mut Snapshot, view: &Cla
     };
     snap.claim = written;
     tracing::info!(claim = %view.name, from = %source, to = %target, "claim migrated");
-    ctx.end_migration(&view.uid, Some("Completed"));
+    ctx.migrations.end(&view.uid, Some("Completed"));
     ctx.event(&snap.claim.object_ref(&()), false, "Migrated", "Migrate", message).await;
     Ok(Next::Again)
 }
