@@ -1,6 +1,6 @@
 //! The wakers: one channel per controller that queues reconciles, each
 //! object's wakes throttled to one per interval. Which objects a change
-//! wakes is [`crate::wake`]'s business.
+//! wakes is the `wake` module's business.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};

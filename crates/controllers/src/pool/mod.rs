@@ -2,6 +2,8 @@
 //! from the template, named `<pool>-<ordinal>` so that AlreadyExists is the
 //! lock that keeps `maxPods` even with two operators), scale-in, deletion
 //! behind the pool finalizer, and a status that counts pods per phase.
+//! Rendering the pods and the Service is `pods`'s job; the pool's
+//! PodDisruptionBudget is `budget`'s.
 
 mod budget;
 mod pods;
