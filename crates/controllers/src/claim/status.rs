@@ -12,9 +12,9 @@ use kube::{Resource, ResourceExt};
 
 use super::Next;
 use super::observe::Snapshot;
-use crate::cache::key_of;
-use crate::context::{Context, Kind};
+use crate::context::Context;
 use crate::error::{Error, is_not_found, is_stale};
+use crate::key::{Kind, key_of};
 
 /// The condition type a claim reports its binding in.
 pub const BOUND_CONDITION: &str = "Bound";
@@ -33,7 +33,7 @@ const WAITING_FOR_STORE: &str = "WaitingForStore";
 /// brings the newer version and wakes the claim, so the timer is only the
 /// fallback, and it grows while the caches keep lagging.
 pub(super) fn changed_since_read<R>(ctx: &Context<R>, claim: &CNClaim) -> Next {
-    Next::Done(kube::runtime::controller::Action::requeue(ctx.refused(Kind::Claim, &key_of(claim))))
+    Next::Done(kube::runtime::controller::Action::requeue(ctx.backoff.refused(Kind::Claim, &key_of(claim))))
 }
 
 /// Replaces the claim (metadata and spec) at the resourceVersion read and
@@ -276,7 +276,7 @@ pub(super) async fn mark_bound<R>(
     if let Some(pod) = held {
         // The store of the pod held; the time it was first shown Bound to
         // that very pod is kept.
-        let registry = pod.store_uuid.as_deref().and_then(|uuid| ctx.store(uuid).1);
+        let registry = pod.store_uuid.as_deref().and_then(|uuid| ctx.stores.get(uuid).1);
         let same_pod = status.store.as_ref().is_some_and(|shown| shown.pod_uid.as_deref() == Some(pod.uid.as_str()));
         let shown_since = status.store.as_ref().and_then(|shown| shown.bound_time.clone()).filter(|_| same_pod);
         let mut shown = store_status(pod, store, registry.as_ref());
@@ -328,7 +328,7 @@ pub(super) async fn start_migration<R>(
     };
     snap.claim = written;
     if cause == MigrationCause::Outdated {
-        ctx.note_rolled(&snap.namespace(), pod.pool.as_deref().unwrap_or_default());
+        ctx.rollouts.started(&snap.namespace(), pod.pool.as_deref().unwrap_or_default());
     }
     let why = cause.message();
     tracing::info!(claim = %view.name, pod = %pod.name, why, "claim starts migrating");
@@ -382,7 +382,7 @@ pub(super) async fn refuse_migration<R>(
     };
     snap.claim = written;
     tracing::info!(claim = %view.name, target = %target, source = %source, reason = why.as_str(), "migration refused");
-    ctx.end_migration(&view.uid, Some("Refused"));
+    ctx.migrations.end(&view.uid, Some("Refused"));
     let message = format!("target pod {target}: {}; the claim stays on pod {source}", why.message());
     write_condition(ctx, snap, MIGRATION_CONDITION, "False", "MigrationRefused", &message).await?;
     Ok(Next::Again)
@@ -419,7 +419,7 @@ pub(super) async fn complete_migration<R>(
     };
     snap.claim = written;
     tracing::info!(claim = %view.name, from = %source, to = %target, "claim migrated");
-    ctx.end_migration(&view.uid, Some("Completed"));
+    ctx.migrations.end(&view.uid, Some("Completed"));
     ctx.event(&snap.claim.object_ref(&()), false, "Migrated", "Migrate", message).await;
     Ok(Next::Again)
 }
