@@ -1,14 +1,16 @@
-//! The one place that writes a pod's `phase` and owner labels.
+//! The one place that writes a pod's `phase` and owner labels: the guarded
+//! write of the binding protocol, whose transitions, their preconditions and
+//! why two claims can never own one pod are stated in [`cnpool_core::claim`].
 //!
-//! Every transition of DESIGN §2 is one JSON patch whose leading `test`
-//! operations pin exactly what the decision read: the `phase` label, the
-//! `claim-uid` label and the `claimed-by` label, each tested against its
-//! value on the pod read, or against null when the pod read lacked it (a
-//! `test` of null on an absent path succeeds on the real API server). If any
-//! of them changed since, the server refuses the whole patch (422), and the
-//! caller reads again and decides again: it never retries the same write.
-//! Unrelated writes to the pod (stats annotations, status) do not disturb
-//! the guard.
+//! Each transition is one JSON patch whose leading `test` operations pin
+//! exactly what the decision read: the `phase`, `claim-uid` and `claimed-by`
+//! labels, each tested against its value on the pod read, or against null
+//! when the pod read lacked it (a `test` of null on an absent path succeeds
+//! on the real API server). A pod read that does not meet the transition's
+//! precondition sends nothing. If any pinned label changed since, the
+//! server refuses the whole patch (422): the caller reads again and decides
+//! again, and never retries the same write. Unrelated writes to the pod
+//! (stats annotations, status) do not disturb the guard.
 
 use std::collections::BTreeMap;
 
