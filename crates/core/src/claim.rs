@@ -95,6 +95,7 @@
 //! | 20u | the same pod, of its pool's current template; phase Outdated | `MarkBound` |
 //! | 20r | phase Outdated; standalone; the pool's rollout allows one more migration | `StartMigration(Outdated)` |
 //! | 20 | holds its recorded pod, whose store serves; phase Bound or Outdated; no `sourcePod` | `InSync` (an Outdated member of a claim set waits for the set's surge) |
+//! | i | its spec fails validation ([`ClaimView::invalid`]), and rows 5–25 name a take, `ReadCandidates`, `ConfirmCurrent`, `AwaitAcquired`, `ReportUnavailable`, `AdoptLegacy`, `RewriteBinding`, `Rebind`, a migration step (`StartMigration`, `ConfirmRefusal`, `RefuseMigration`, `FallBackToSource`, `ReleaseSource`), `MarkBound` or `InSync` | `ReportInvalid`: condition `Bound=False`, reason `InvalidSpec`; every other step (reads, a confirmed loss, `Record`, `WaitForStore`, the end of a migration already under way) goes on, so the claim keeps what it holds |
 //!
 //! A claim with `spec.sourcePod` set migrates (DESIGN §2, "Migrate"): it
 //! keeps its source while it takes a target, named in `spec.podName` or, when
@@ -113,6 +114,7 @@
 //! | 23 | the source was released and drains; its workload differs from `status.migrate` | `ReportDrain` |
 //! | 24 | the same, already reported | `WaitForDrain` |
 //! | 25 | the source is Idle, Terminating, deleting, gone, or another claim's | `CompleteMigration`: clear `status.migrate`, then `sourcePod` |
+//! | 8t | its recorded target is lost as in rows 7/8 or 15/16, confirmed live, while the source still carries its UID and is neither deleting nor failed | `FallBackToSource(reason)`: `spec.podName` back to the source, `sourcePod` cleared, condition `Migration=False` reason `TargetLost`, then the target released if still ours (retired if failed or its store is missing): the tenant keeps its CN, and rows 14c/14/19 record the source and show it Bound again |
 //!
 //! Rows 7/8 say why the recorded pod is lost by looking it up by name: none
 //! → [`LossReason::PodDeleted`]; another UID → `PodReplaced`; for a claim the
@@ -174,12 +176,13 @@
 //! standalone claim, off a pod of an old template, one claim per pool at a
 //! time ([`ClaimInput::may_roll`], row 20r).
 //!
-//! A target lost before the source is released makes the claim Lost (rows
-//! 15/16) with the source still recorded in `sourcePod`; the claim then
-//! takes a new target like any Lost claim (row 10 clears `spec.podName`).
-//! So does a source lost while no target is held yet (row 8s): otherwise a
-//! migration waiting for room in its pool would leave its tenant on a dead
-//! pod, shown Bound.
+//! A target lost before the source is released sends the claim back to its
+//! source (row 8t): the tenant still runs there, so losing the claim would
+//! cut it off for nothing. A source lost while no target is held yet makes
+//! the claim Lost (row 8s), and it takes a new target like any Lost claim
+//! (row 10 clears `spec.podName`): otherwise a migration waiting for room in
+//! its pool would leave its tenant on a dead pod, shown Bound. A claim that
+//! lost both is Lost.
 //!
 //! # Finalization
 //!
@@ -401,6 +404,23 @@ pub enum ClaimStep<'a> {
     WaitForDrain,
     /// The source is done with: clear `status.migrate`, then `spec.sourcePod`.
     CompleteMigration,
+    /// The spec fails validation ([`ClaimView::invalid`]): say so in the
+    /// `Bound` condition (reason `InvalidSpec`) and wait for a fix. Nothing
+    /// is done because of the spec meanwhile: no pod is taken, rewritten,
+    /// migrated to or rebound; a pod the claim holds stays its own, with its
+    /// store.
+    ReportInvalid,
+    /// A migrating claim's target is lost (deleted, replaced, another's,
+    /// failed or its store missing; confirmed live) while its source still
+    /// serves it: the claim goes back to the source — `spec.podName` = the
+    /// source, `sourcePod` cleared, the Migration condition says why — and
+    /// the target, if still ours, is released. The tenant keeps its CN.
+    FallBackToSource {
+        /// Why the target is lost.
+        reason: LossReason,
+        /// The target, if it still carries the claim's UID.
+        release: Vec<Release<'a>>,
+    },
     /// Nothing to do.
     InSync,
 }
@@ -537,6 +557,7 @@ pub fn next_claim_step<'a>(input: &ClaimInput<'a, '_>) -> ClaimStep<'a> {
         return finalize(input);
     }
     let step = step_of_live_claim(input);
+    let step = if claim.invalid.is_some() { step_of_invalid_claim(step) } else { step };
     // A claim that holds nothing yet acquires before it has its finalizer,
     // which `Record` then writes with the pointer: one write, not two. A pod
     // acquired for a claim deleted before that write carries the UID of no
@@ -565,6 +586,34 @@ impl ClaimStep<'_> {
                 | Self::AwaitAcquired
                 | Self::RefreshStores
         )
+    }
+}
+
+/// What an invalid claim may still do: read, confirm and record a loss,
+/// record what it holds, wait for its store, finish a migration whose
+/// source is already released. Every step taken because of the spec (a
+/// take, a rewrite of the pod's labels, a rebind, a migration) becomes
+/// [`ClaimStep::ReportInvalid`], and so does showing it Bound or in sync:
+/// its condition says why it is not served as asked.
+fn step_of_invalid_claim(step: ClaimStep<'_>) -> ClaimStep<'_> {
+    match step {
+        ClaimStep::Acquire { .. }
+        | ClaimStep::AcquirePreBound(_)
+        | ClaimStep::ReadCandidates
+        | ClaimStep::ConfirmCurrent
+        | ClaimStep::AwaitAcquired
+        | ClaimStep::ReportUnavailable(_)
+        | ClaimStep::AdoptLegacy(_)
+        | ClaimStep::RewriteBinding(_)
+        | ClaimStep::Rebind
+        | ClaimStep::StartMigration(..)
+        | ClaimStep::ConfirmRefusal
+        | ClaimStep::RefuseMigration(_)
+        | ClaimStep::FallBackToSource { .. }
+        | ClaimStep::ReleaseSource(_)
+        | ClaimStep::MarkBound
+        | ClaimStep::InSync => ClaimStep::ReportInvalid,
+        step => step,
     }
 }
 
@@ -667,7 +716,7 @@ fn bind<'a>(input: &ClaimInput<'a, '_>) -> ClaimStep<'a> {
         return ClaimStep::AdoptLegacy(pod);
     }
     if let Some(reason) = why_recorded_pod_is_gone(input) {
-        return lose(input, reason, Vec::new());
+        return lose_target(input, reason, Vec::new());
     }
     if let Some((reason, release)) = why_source_is_lost(input) {
         return lose(input, reason, release);
@@ -803,7 +852,7 @@ fn sync<'a>(input: &ClaimInput<'a, '_>, pod: &'a PodView) -> ClaimStep<'a> {
         return ClaimStep::Record(pod);
     }
     if let Some(reason) = trouble(input, pod) {
-        return lose(input, reason, vec![release_lost(pod, reason)]);
+        return lose_target(input, reason, vec![release_lost(pod, reason)]);
     }
     if !binding_agrees(claim, pod) {
         return ClaimStep::RewriteBinding(pod);
@@ -938,6 +987,19 @@ fn missing_store_left(input: &ClaimInput<'_, '_>, pod: &PodView) -> Option<Durat
     Some(store_patience(input).saturating_sub(missing_for))
 }
 
+/// The held (or recorded) pod is lost: a migrating claim whose source still
+/// serves it falls back to that source; any other claim is Lost.
+fn lose_target<'a>(input: &ClaimInput<'a, '_>, reason: LossReason, release: Vec<Release<'a>>) -> ClaimStep<'a> {
+    let claim = input.claim;
+    let source_serves = input.source.is_some_and(|source| {
+        claim.is_source(&source.name) && source.is_owned_by(&claim.uid) && !source.deleting && !source.failed
+    });
+    match lose(input, reason, release) {
+        ClaimStep::MarkLost { reason, release } if source_serves => ClaimStep::FallBackToSource { reason, release },
+        step => step,
+    }
+}
+
 fn lose<'a>(input: &ClaimInput<'a, '_>, reason: LossReason, release: Vec<Release<'a>>) -> ClaimStep<'a> {
     match input.read {
         Read::Cached => ClaimStep::ConfirmLost(reason),
@@ -951,7 +1013,7 @@ fn binding_agrees(claim: &ClaimView, pod: &PodView) -> bool {
     let recorded = pod.binding.as_deref().map(Binding::parse);
     pod.phase == Some(PodPhase::Bound)
         && recorded == Some(Ok(Binding::of_claim(claim)))
-        && claim.additional_pod_labels.iter().all(|(key, value)| pod.labels.get(key) == Some(value))
+        && claim.applicable_pod_labels().all(|(key, value)| pod.labels.get(key) == Some(value))
 }
 
 fn store_serves(claim: &ClaimView, store: ObservedStore<'_>) -> bool {

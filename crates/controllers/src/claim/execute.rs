@@ -146,7 +146,25 @@ async fn perform<R: StoreRegistry>(
         }
         ClaimStep::StartMigration(pod, cause) => status::start_migration(ctx, snap, view, pod, cause).await,
         ClaimStep::MarkOutdated => status::mark_outdated(ctx, snap, view).await,
-        ClaimStep::RefuseMigration(why) => status::refuse_migration(ctx, snap, view, why).await,
+        ClaimStep::RefuseMigration(why) => {
+            let target = view.pod_name.as_deref().unwrap_or_default();
+            let message = format!("target pod {target}: {}", why.message());
+            status::end_migration_on_source(ctx, snap, view, "MigrationRefused", &message).await
+        }
+        ClaimStep::FallBackToSource { reason, release } => {
+            let target = view.pod_name.as_deref().unwrap_or_default();
+            let message = format!("target pod {target}: {}", reason.message());
+            let next = status::end_migration_on_source(ctx, snap, view, "TargetLost", &message).await?;
+            if matches!(next, Next::Again) {
+                release_pods(ctx, snap, observed, &release).await?;
+            }
+            Ok(next)
+        }
+        ClaimStep::ReportInvalid => {
+            status::report_invalid(ctx, snap, view).await?;
+            // A fix is a change of the claim, which wakes it.
+            Ok(Next::Done(Action::requeue(ctx.config.resync)))
+        }
         ClaimStep::NoteTargetServing(target) => {
             ctx.migrations.target_serving(&view.uid, &target.uid);
             Ok(Next::Again)
@@ -308,15 +326,27 @@ async fn mark_lost<R>(
     }
     // What it took is gone: a replacement may be taken at once.
     ctx.claims_took_lately.note(&view.uid, None);
+    release_pods(ctx, snap, observed, release).await?;
+    Ok(Next::Again)
+}
+
+/// Releases what still carries the claim's UID of a pod it lost; one that
+/// changed since is left to the next decision.
+async fn release_pods<R>(
+    ctx: &Context<R>,
+    snap: &mut Snapshot,
+    observed: &Observed,
+    release: &[Release<'_>],
+) -> Result<(), Error> {
     for pod in release {
         let Some(raw) = observed.raw(pod.pod) else { continue };
         if let Outcome::Applied(written) =
-            ownership::transition(&ctx.client, &raw, release_transition(view, *pod), ctx.now()).await?
+            ownership::transition(&ctx.client, &raw, release_transition(&observed.view, *pod), ctx.now()).await?
         {
             snap.put_pod(ctx, &raw, *written);
         }
     }
-    Ok(Next::Again)
+    Ok(())
 }
 
 async fn release_source<R>(

@@ -4,7 +4,7 @@
 //! resourceVersion the decision read.
 
 use cnpool_api::{CNClaim, CNClaimStatus, CNLabel, CNStoreStatus, ClaimPhase, MigrateStatus, PodRef, Workload, labels};
-use cnpool_core::claim::{LossReason, MigrationCause, Unavailable};
+use cnpool_core::claim::{LossReason, MigrationCause};
 use cnpool_core::model::{ClaimView, PodView, StoreView};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::{Api, PostParams};
@@ -364,16 +364,18 @@ fn reported_workload(workload: cnpool_registry::Workload) -> Workload {
     }
 }
 
-/// Refuses a migration: `spec.podName` back to the source and `sourcePod`
-/// cleared in one write, then the Migration condition says why.
-pub(super) async fn refuse_migration<R>(
+/// Ends a migration on its source, the target refused or lost:
+/// `spec.podName` back to the source and `sourcePod` cleared in one write,
+/// then the Migration condition says why (`reason`, `why`) and that the
+/// claim stays on its source.
+pub(super) async fn end_migration_on_source<R>(
     ctx: &Context<R>,
     snap: &mut Snapshot,
     view: &ClaimView,
-    why: Unavailable,
+    reason: &'static str,
+    why: &str,
 ) -> Result<Next, Error> {
     let source = view.source_pod.clone().unwrap_or_default();
-    let target = view.pod_name.clone().unwrap_or_default();
     let mut updated = snap.claim.clone();
     updated.spec.pod_name.clone_from(&source);
     updated.spec.source_pod = None;
@@ -381,11 +383,29 @@ pub(super) async fn refuse_migration<R>(
         return Ok(changed_since_read(ctx, &snap.claim));
     };
     snap.claim = written;
-    tracing::info!(claim = %view.name, target = %target, source = %source, reason = why.as_str(), "migration refused");
-    ctx.migrations.end(&view.uid, Some("Refused"));
-    let message = format!("target pod {target}: {}; the claim stays on pod {source}", why.message());
-    write_condition(ctx, snap, MIGRATION_CONDITION, "False", "MigrationRefused", &message).await?;
+    tracing::info!(claim = %view.name, source = %source, reason, why, "migration ends on its source");
+    ctx.migrations.end(&view.uid, Some(reason));
+    let message = format!("{why}; the claim stays on pod {source}");
+    write_condition(ctx, snap, MIGRATION_CONDITION, "False", reason, &message).await?;
     Ok(Next::Again)
+}
+
+/// The reason of the `Bound` condition of a claim whose spec fails
+/// validation.
+pub const INVALID_SPEC: &str = "InvalidSpec";
+
+/// Says in the `Bound` condition why the spec is refused: the first field
+/// and its fix, and how many more there are.
+pub(super) async fn report_invalid<R>(ctx: &Context<R>, snap: &mut Snapshot, view: &ClaimView) -> Result<(), Error> {
+    let Some(invalid) = &view.invalid else { return Ok(()) };
+    let message = match invalid.0.as_slice() {
+        [only] => format!("invalid spec, nothing is done for it until fixed: {only}"),
+        [first, rest @ ..] => {
+            format!("invalid spec, nothing is done for it until fixed: {first} (and {} more)", rest.len())
+        }
+        [] => return Ok(()),
+    };
+    write_condition(ctx, snap, BOUND_CONDITION, "False", INVALID_SPEC, &message).await
 }
 
 /// Ends a migration whose source is done with: `status.migrate` cleared
