@@ -14,7 +14,7 @@ use kube::{Resource, ResourceExt};
 use super::Next;
 use super::observe::{Observed, Snapshot, candidate_pods};
 use super::status::{
-    self, BOUND_CONDITION, MIGRATION_CONDITION, NO_IDLE_POD, changed_since_read, replace, replace_claim,
+    self, BOUND_CONDITION, BackOnSource, MIGRATION_CONDITION, NO_IDLE_POD, changed_since_read, replace, replace_claim,
     write_condition,
 };
 use crate::context::Context;
@@ -149,12 +149,12 @@ async fn perform<R: StoreRegistry>(
         ClaimStep::RefuseMigration(why) => {
             let target = view.pod_name.as_deref().unwrap_or_default();
             let message = format!("target pod {target}: {}", why.message());
-            status::end_migration_on_source(ctx, snap, view, "MigrationRefused", &message).await
+            status::end_migration_on_source(ctx, snap, view, BackOnSource::Refused, &message).await
         }
         ClaimStep::FallBackToSource { reason, release } => {
             let target = view.pod_name.as_deref().unwrap_or_default();
             let message = format!("target pod {target}: {}", reason.message());
-            let next = status::end_migration_on_source(ctx, snap, view, "TargetLost", &message).await?;
+            let next = status::end_migration_on_source(ctx, snap, view, BackOnSource::TargetLost, &message).await?;
             if matches!(next, Next::Again) {
                 release_pods(ctx, snap, observed, &release).await?;
             }

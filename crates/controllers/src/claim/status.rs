@@ -364,17 +364,44 @@ fn reported_workload(workload: cnpool_registry::Workload) -> Workload {
     }
 }
 
+/// The ways a migration ends on its source, as the Migration condition's
+/// reason and the `outcome` of `cnpool_migrations_total`.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum BackOnSource {
+    /// The named target could not be acquired.
+    Refused,
+    /// The target was lost before the source was released.
+    TargetLost,
+}
+
+impl BackOnSource {
+    fn reason(self) -> &'static str {
+        match self {
+            Self::Refused => "MigrationRefused",
+            Self::TargetLost => "TargetLost",
+        }
+    }
+
+    fn outcome(self) -> &'static str {
+        match self {
+            Self::Refused => "Refused",
+            Self::TargetLost => "TargetLost",
+        }
+    }
+}
+
 /// Ends a migration on its source, the target refused or lost:
 /// `spec.podName` back to the source and `sourcePod` cleared in one write,
-/// then the Migration condition says why (`reason`, `why`) and that the
-/// claim stays on its source.
+/// then the Migration condition says why and that the claim stays on its
+/// source.
 pub(super) async fn end_migration_on_source<R>(
     ctx: &Context<R>,
     snap: &mut Snapshot,
     view: &ClaimView,
-    reason: &'static str,
+    ending: BackOnSource,
     why: &str,
 ) -> Result<Next, Error> {
+    let reason = ending.reason();
     let source = view.source_pod.clone().unwrap_or_default();
     let mut updated = snap.claim.clone();
     updated.spec.pod_name.clone_from(&source);
@@ -384,7 +411,7 @@ pub(super) async fn end_migration_on_source<R>(
     };
     snap.claim = written;
     tracing::info!(claim = %view.name, source = %source, reason, why, "migration ends on its source");
-    ctx.migrations.end(&view.uid, Some(reason));
+    ctx.migrations.end(&view.uid, Some(ending.outcome()));
     let message = format!("{why}; the claim stays on pod {source}");
     write_condition(ctx, snap, MIGRATION_CONDITION, "False", reason, &message).await?;
     Ok(Next::Again)
