@@ -347,7 +347,9 @@ async fn a_member_lost_mid_migration_is_replaced() {
     let source = before[&victim].clone();
     let old_uid = members(&cluster).await[&victim].metadata.uid.clone().unwrap();
 
-    let migrate = json!({"spec": {"sourcePod": {"podName": source}, "podName": ""}});
+    // An operator-chosen target: `spec.podName` removed (kube-apiserver 1.20
+    // refuses an empty string there).
+    let migrate = json!({"spec": {"sourcePod": {"podName": source}, "podName": null}});
     cluster.claims().patch(&victim, &PatchParams::default(), &Patch::Merge(&migrate)).await.expect("start migrating");
     let grace = DeleteParams::default().grace_period(0);
     cluster.pods().delete(&source, &grace).await.expect("delete the source pod");
