@@ -256,7 +256,12 @@ async fn write_status<R>(
     let count = |phase: PodPhase| pods.iter().filter(|pod| pod.phase == Some(phase)).count() as i32;
     let current = pool.status.clone().unwrap_or_default();
     let mut conditions = current.conditions.clone();
-    verdict.apply(&mut conditions, pool.metadata.generation, ctx.now());
+    // A deleting pool winds down whatever its spec says: its condition
+    // stays as it was.
+    let judged = pool.metadata.deletion_timestamp.is_none();
+    if judged {
+        verdict.apply(&mut conditions, pool.metadata.generation, ctx.now());
+    }
     let status = CNPoolStatus {
         replicas: pods.len() as i32,
         idle: count(PodPhase::Idle),
@@ -278,7 +283,9 @@ async fn write_status<R>(
     match pools.replace_status(&pool.name_any(), &PostParams::default(), &updated).await {
         Ok(written) => {
             ctx.pool_status_writes.wrote(pool.resource_version().as_deref(), written);
-            verdict.announce(ctx, &pool.object_ref(&()), ready_condition(&current.conditions)).await;
+            if judged {
+                verdict.announce(ctx, &pool.object_ref(&()), ready_condition(&current.conditions)).await;
+            }
             Ok(true)
         }
         Err(error) if is_stale(&error) || is_not_found(&error) => Ok(false),
