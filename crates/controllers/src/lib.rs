@@ -48,6 +48,7 @@ mod registry_poll;
 pub mod sabotage;
 pub mod store;
 mod stores;
+mod validity;
 mod wake;
 mod wakers;
 

@@ -2,6 +2,8 @@
 //! from the template, named `<pool>-<ordinal>` so that AlreadyExists is the
 //! lock that keeps `maxPods` even with two operators), scale-in, deletion
 //! behind the pool finalizer, and a status that counts pods per phase.
+//! A pool whose spec fails validation is not acted on (DESIGN §2,
+//! "Inputs"): its status says why, and its pods are left as they are.
 //! Rendering the pods and the Service is `pods`'s job; the pool's
 //! PodDisruptionBudget is `budget`'s.
 
@@ -12,6 +14,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use cnpool_api::selector::selector_matches;
+use cnpool_api::validation::{validate_claim_spec, validate_pool_spec};
 use cnpool_api::{CNClaim, CNPool, CNPoolStatus, PodPhase, labels};
 use cnpool_core::model::PodView;
 use cnpool_core::pool::{Expectations, plan_pool};
@@ -27,6 +30,10 @@ use crate::error::{Error, is_not_found, is_stale};
 use crate::key::{Key, Kind, key_of};
 use crate::observe::template_revision;
 use crate::ownership::{self, Outcome, Transition};
+use crate::validity::{Verdict, ready_condition};
+
+/// What an invalid pool does not do, as its condition says.
+const HELD_BACK: &str = "the pool creates, retires and deletes no pods; its pods keep serving their claims";
 
 /// Whether `claim` waits for a pod of `pool`.
 fn waits_for(claim: &CNClaim, pool: &CNPool, pool_labels: &BTreeMap<String, String>, ctx_holds: bool) -> bool {
@@ -40,7 +47,32 @@ fn waits_for(claim: &CNClaim, pool: &CNPool, pool_labels: &BTreeMap<String, Stri
     // clears its pointer and binds from the pool.
     let names_a_pod = !claim.spec.pod_name.is_empty() && claim.phase() != Some(cnpool_api::ClaimPhase::Lost);
     let nominated = claim.spec.pool_name.is_empty() || claim.spec.pool_name == pool.name_any();
-    nominated && !lost_in_set && !names_a_pod && selector_matches(&claim.spec.selector, pool_labels)
+    // An invalid claim is not bound until it is fixed: a pod made for it
+    // would only idle.
+    nominated
+        && !lost_in_set
+        && !names_a_pod
+        && selector_matches(&claim.spec.selector, pool_labels)
+        && validate_claim_spec(&claim.spec).is_ok()
+}
+
+/// How many claims wait for a pod of `pool`.
+fn pending_claims<R>(ctx: &Context<R>, pool: &CNPool) -> u32 {
+    let (namespace, name) = key_of(pool);
+    let pool_labels = pods::pod_labels(pool);
+    let mut pending = 0u32;
+    for claim in ctx.claims.in_pool(&namespace, &name).iter().chain(&ctx.claims.in_pool(&namespace, "")) {
+        // A migration source is on its way out: a claim that holds only its
+        // source waits for a target like any pending claim.
+        let source = claim.spec.source_pod.as_ref().map(|source| source.pod_name.as_str());
+        let holds = claim
+            .uid()
+            .is_some_and(|uid| ctx.pods.owned_by(&uid).iter().any(|pod| Some(pod.name_any().as_str()) != source));
+        if waits_for(claim, pool, &pool_labels, holds) {
+            pending += 1;
+        }
+    }
+    pending
 }
 
 pub async fn reconcile<R: StoreRegistry + 'static>(pool: Arc<CNPool>, ctx: Arc<Context<R>>) -> Result<Action, Error> {
@@ -49,6 +81,13 @@ pub async fn reconcile<R: StoreRegistry + 'static>(pool: Arc<CNPool>, ctx: Arc<C
     let (namespace, name) = key.clone();
     let pools: Api<CNPool> = Api::namespaced(ctx.client.clone(), &namespace);
     let deleting = pool.metadata.deletion_timestamp.is_some();
+    // Validation comes first, whatever the webhook let through. A deleting
+    // pool still winds down: that retires only unowned Idle pods, which
+    // the user asked for by deleting it, whatever its spec says.
+    let verdict = Verdict::of(validate_pool_spec(&pool.spec), HELD_BACK);
+    if !verdict.valid && !deleting {
+        return hold(&ctx, &pool, &verdict).await;
+    }
     let has_finalizer = pool.finalizers().iter().any(|f| f == labels::POOL_FINALIZER);
     if !deleting && !has_finalizer {
         let mut updated = (*pool).clone();
@@ -77,19 +116,7 @@ pub async fn reconcile<R: StoreRegistry + 'static>(pool: Arc<CNPool>, ctx: Arc<C
         return remove_finalizer(&ctx, &pool).await;
     }
 
-    let pool_labels = pods::pod_labels(&pool);
-    let mut pending = 0u32;
-    for claim in ctx.claims.in_pool(&namespace, &name).iter().chain(&ctx.claims.in_pool(&namespace, "")) {
-        // A migration source is on its way out: a claim that holds only its
-        // source waits for a target like any pending claim.
-        let source = claim.spec.source_pod.as_ref().map(|source| source.pod_name.as_str());
-        let holds = claim
-            .uid()
-            .is_some_and(|uid| ctx.pods.owned_by(&uid).iter().any(|pod| Some(pod.name_any().as_str()) != source));
-        if waits_for(claim, &pool, &pool_labels, holds) {
-            pending += 1;
-        }
-    }
+    let pending = pending_claims(&ctx, &pool);
 
     let expected = expectations(&ctx, &key, &pods);
     let plan = plan_pool(&view, &pods, pending, &expected);
@@ -121,7 +148,7 @@ pub async fn reconcile<R: StoreRegistry + 'static>(pool: Arc<CNPool>, ctx: Arc<C
         delete_pod(&ctx, &key, pod).await?;
     }
 
-    if !write_status(&ctx, &pool, &pods, pending, &revision).await? {
+    if !write_status(&ctx, &pool, &pods, pending, Some(revision), &verdict).await? {
         return Ok(Action::requeue(ctx.after_stale_refusal()));
     }
     if busy || !expected.creations.is_empty() || !expected.deletions.is_empty() {
@@ -138,6 +165,24 @@ pub async fn reconcile<R: StoreRegistry + 'static>(pool: Arc<CNPool>, ctx: Arc<C
         .zip(&pods)
         .any(|(raw, view)| !view.failed && ctx.observer().unowned_store_missing_since(raw, view).is_some());
     Ok(Action::requeue(if store_missing { ctx.config.store_missing_bound } else { ctx.config.resync }))
+}
+
+/// Keeps an invalid pool's status (its pods counted, `Ready=False` saying
+/// which field to fix) and does nothing else: no pod created, retired or
+/// deleted, so its pods keep serving. The fix wakes the pool through its
+/// watch.
+async fn hold<R>(ctx: &Context<R>, pool: &CNPool, verdict: &Verdict) -> Result<Action, Error> {
+    let key = key_of(pool);
+    let raw_pods = ctx.pods.in_pool(&key.0, &key.1);
+    let pods: Vec<PodView> = raw_pods.iter().map(|pod| ctx.observer().read_pod(pod)).collect::<Result<_, _>>()?;
+    // The revision shown stays the one the pods were made from: the invalid
+    // template made none.
+    let revision = pool.status.as_ref().and_then(|status| status.current_revision.clone());
+    if !write_status(ctx, pool, &pods, pending_claims(ctx, pool), revision, verdict).await? {
+        return Ok(Action::requeue(ctx.after_stale_refusal()));
+    }
+    ctx.backoff.settled(Kind::Pool, &key);
+    Ok(Action::requeue(ctx.config.resync))
 }
 
 pub fn error_policy<R>(pool: Arc<CNPool>, error: &Error, ctx: Arc<Context<R>>) -> Action {
@@ -198,17 +243,25 @@ async fn remove_finalizer<R>(ctx: &Context<R>, pool: &CNPool) -> Result<Action, 
     }
 }
 
-/// Writes the pool's status when it changed; `false` when the write was
-/// refused as stale.
+/// Writes the pool's status, with the `Ready` condition `verdict` says,
+/// when it changed; `false` when the write was refused as stale.
 async fn write_status<R>(
     ctx: &Context<R>,
     pool: &CNPool,
     pods: &[PodView],
     pending: u32,
-    revision: &str,
+    revision: Option<String>,
+    verdict: &Verdict,
 ) -> Result<bool, Error> {
     let count = |phase: PodPhase| pods.iter().filter(|pod| pod.phase == Some(phase)).count() as i32;
     let current = pool.status.clone().unwrap_or_default();
+    let mut conditions = current.conditions.clone();
+    // A deleting pool winds down whatever its spec says: its condition
+    // stays as it was.
+    let judged = pool.metadata.deletion_timestamp.is_none();
+    if judged {
+        verdict.apply(&mut conditions, pool.metadata.generation, ctx.now());
+    }
     let status = CNPoolStatus {
         replicas: pods.len() as i32,
         idle: count(PodPhase::Idle),
@@ -216,8 +269,8 @@ async fn write_status<R>(
         draining: count(PodPhase::Draining),
         terminating: count(PodPhase::Terminating),
         pending_claims: i32::try_from(pending).unwrap_or(i32::MAX),
-        current_revision: Some(revision.to_owned()),
-        conditions: current.conditions.clone(),
+        current_revision: revision,
+        conditions,
         observed_generation: pool.metadata.generation,
     };
     ctx.metrics.pool_observed(&pool.namespace().unwrap_or_default(), &pool.name_any(), Some(&status));
@@ -230,6 +283,9 @@ async fn write_status<R>(
     match pools.replace_status(&pool.name_any(), &PostParams::default(), &updated).await {
         Ok(written) => {
             ctx.pool_status_writes.wrote(pool.resource_version().as_deref(), written);
+            if judged {
+                verdict.announce(ctx, &pool.object_ref(&()), ready_condition(&current.conditions)).await;
+            }
             Ok(true)
         }
         Err(error) if is_stale(&error) || is_not_found(&error) => Ok(false),
