@@ -294,6 +294,7 @@ mod tests {
             additional_pod_labels: [("team".to_string(), "a".to_string())].into_iter().collect(),
             claim_set: None,
             drain_reported: None,
+            created: None,
         }
     }
 

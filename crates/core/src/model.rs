@@ -121,6 +121,10 @@ pub struct ClaimView {
     /// `status.migrate.source`: the migration source's drain progress as
     /// last reported.
     pub drain_reported: Option<Workload>,
+    /// `metadata.creationTimestamp`: whether the claim predates the
+    /// operator's cutover, and so may adopt a pod the Go operator bound to
+    /// its name.
+    pub created: Option<Timestamp>,
 }
 
 /// The pod a claim has recorded as its own.

@@ -91,6 +91,7 @@ pub fn claim() -> ClaimView {
         additional_pod_labels: labels(&[("team", "blue")]),
         claim_set: None,
         drain_reported: None,
+        created: Some(at(0)),
     }
 }
 
