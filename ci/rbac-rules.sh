@@ -206,7 +206,16 @@ YAML
   step "renew the Lease (strategic merge patch)" patch_as_op "$leases/cnpool-operator" \
     application/strategic-merge-patch+json '{"spec":{"renewTime":"2026-01-01T00:00:00.000000Z"}}'
 
+  # The cutover record (cutover.rs), in the operator's namespace only.
+  kubectl -n "$op_ns" delete configmap cnpool-cutover --ignore-not-found >/dev/null 2>&1
+  step "read the cutover record (absent)" sh -c \
+    "KUBECONFIG=$sa kubectl -n $op_ns get configmap cnpool-cutover --ignore-not-found -o name"
+  step "create the cutover record" as_lease create configmap cnpool-cutover --from-literal=cutoverTime=2026-01-01T00:00:00Z
+  step "read the cutover record" as_lease get configmap cnpool-cutover -o name
+
   # What the operator must not do.
+  refused "read another ConfigMap of its namespace" as_lease get configmap other
+  refused "rewrite the cutover record" as_lease patch configmap cnpool-cutover --type=merge -p '{"data":{"cutoverTime":"2026-01-02T00:00:00Z"}}'
   refused "read Secrets" as_op get secrets
   refused "read ConfigMaps" as_op get configmaps
   refused "update (not patch) a pod" sh -c \
@@ -224,6 +233,7 @@ YAML
 
   # Leave no finalizer behind, as admin.
   kubectl -n "$op_ns" delete lease cnpool-operator >/dev/null 2>&1
+  kubectl -n "$op_ns" delete configmap cnpool-cutover >/dev/null 2>&1
   admin patch pod default-0 --type=merge -p '{"metadata":{"finalizers":null}}' >/dev/null 2>&1
   admin patch cnclaim test --type=merge -p '{"metadata":{"finalizers":null}}' >/dev/null 2>&1
   rm -f "$ca"
@@ -253,6 +263,7 @@ scenario() {
     done
     kubectl -n "$ns" delete pods --all --grace-period=0 --force >/dev/null 2>&1
     kubectl -n "$op_ns" delete lease cnpool-operator --ignore-not-found >/dev/null 2>&1
+    kubectl -n "$op_ns" delete configmap cnpool-cutover --ignore-not-found >/dev/null 2>&1
   }
   clean
   "$bin" dev --cluster "$KUBECONFIG" --no-operator --hakeeper-listen "$hakeeper" \
@@ -319,8 +330,10 @@ export CNPOOL_OPERATOR_KUBECONFIG=$sa_kubeconfig CNPOOL_OPERATOR_NAMESPACE=$op_n
 full_cluster=$(kubectl create --dry-run=client -o json -f "$repo/deploy/rbac/clusterrole.yaml" | jq 'select(.kind == "ClusterRole")')
 full_election=$(kubectl create --dry-run=client -o json -f "$repo/deploy/rbac/leader-election.yaml" |
   jq --arg ns "$op_ns" 'select(.kind == "Role") | .metadata.namespace = $ns')
+full_cutover=$(kubectl create --dry-run=client -o json -f "$repo/deploy/rbac/cutover.yaml" |
+  jq --arg ns "$op_ns" 'select(.kind == "Role") | .metadata.namespace = $ns')
 put() { jq 'del(.metadata.resourceVersion)' <<<"$1" | kubectl apply -f - >/dev/null; }
-restore() { put "$full_cluster"; put "$full_election"; }
+restore() { put "$full_cluster"; put "$full_election"; put "$full_cutover"; }
 trap restore EXIT
 # RBAC changes reach the authorizer through an informer, not at once. Here
 # that takes well under a second; the pause leaves room for a busy machine.
@@ -366,5 +379,6 @@ table() {
 printf '%-14s %-48s %-7s %s\n' role "group resource" verb "without it"
 table "$full_cluster" ClusterRole
 table "$full_election" leader-Role
+table "$full_cutover" cutover-Role
 echo
 echo "$unneeded verb(s) whose removal breaks nothing in this test"

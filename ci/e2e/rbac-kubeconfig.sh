@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Gives the operator, run as its own process against the CI's kube-apiserver,
 # the identity it has in a cluster: the ServiceAccount `cnpool` in NAMESPACE,
-# bound to deploy/rbac's ClusterRole and leader-election Role, and nothing
+# bound to deploy/rbac's ClusterRole, leader-election and cutover Roles, and nothing
 # else (not system:masters). Writes a kubeconfig that authenticates with
 # that ServiceAccount's token and prints its path on the last line.
 #
@@ -41,7 +41,8 @@ kubectl create namespace "$ns" --dry-run=client -o json | kubectl apply -f - >/d
 # it is this namespace's own. `create --dry-run=client` only turns the YAML
 # into JSON; nothing is sent.
 kubectl create --dry-run=client -o json \
-  -f "$rbac/serviceaccount.yaml" -f "$rbac/clusterrole.yaml" -f "$rbac/leader-election.yaml" |
+  -f "$rbac/serviceaccount.yaml" -f "$rbac/clusterrole.yaml" -f "$rbac/leader-election.yaml" \
+  -f "$rbac/cutover.yaml" |
   jq --arg ns "$ns" '
     (if .kind == "List" then .items else [.] end)
     | map(

@@ -14,4 +14,3 @@ pub(crate) fn pod_template(_: &mut SchemaGenerator) -> Schema {
         "x-kubernetes-preserve-unknown-fields": true
     })
 }
-

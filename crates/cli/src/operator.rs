@@ -80,7 +80,8 @@ pub struct OperatorArgs {
     leader_elect: bool,
     #[arg(long, default_value = "cnpool-operator")]
     lease_name: String,
-    /// Namespace of the Lease (default: `$POD_NAMESPACE`, else the
+    /// The operator's own namespace, of its Lease and of its cutover record,
+    /// the ConfigMap `cnpool-cutover` (default: `$POD_NAMESPACE`, else the
     /// kubeconfig's namespace).
     #[arg(long, env = "POD_NAMESPACE", value_name = "NS")]
     lease_namespace: Option<String>,
@@ -133,6 +134,7 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
         migration_propagation_delay: args.migration_propagation_delay,
         resync: args.resync,
         instance: identity.clone(),
+        operator_namespace: args.lease_namespace.clone().unwrap_or_else(|| default_namespace.clone()),
         ..shadow_timing(args.dry_run)
     };
     tracing::info!(

@@ -4,8 +4,8 @@
 //! migrations, rollouts, expected writes, own writes), and the Event
 //! recorder.
 
-use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use cnpool_api::{CNClaim, CNPool};
@@ -74,6 +74,8 @@ pub struct Context<R> {
     /// wrote from its own (maybe lagging) caches wakes the pool, this
     /// process's own does not.
     pub(crate) pool_status_writes: OwnWrites<CNPool>,
+    /// The cutover time, once read from the cluster (`cutover`).
+    pub(crate) cutover: OnceLock<Timestamp>,
     recorder: Recorder,
 }
 
@@ -110,6 +112,7 @@ impl<R> Context<R> {
             expected: Expected::default(),
             expected_members: Expected::default(),
             rollouts: Rollouts::default(),
+            cutover: OnceLock::new(),
         }
     }
 

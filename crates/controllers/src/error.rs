@@ -26,6 +26,9 @@ pub enum Error {
     /// A pod's binding annotation cannot be read.
     #[error(transparent)]
     Binding(#[from] BindingError),
+    /// The cutover record holds no readable time (crate::cutover).
+    #[error("ConfigMap {namespace}/cnpool-cutover: {reason}; fix or delete it (docs/cutover.md)")]
+    CutoverRecord { namespace: String, reason: String },
     /// A patch or object could not be encoded.
     #[error("encoding {what}: {source}")]
     Encode {
@@ -48,6 +51,7 @@ impl Error {
             Self::Convert(_) => "convert",
             Self::Binding(_) => "binding",
             Self::Encode { .. } => "encode",
+            Self::CutoverRecord { .. } => "cutover_record",
         }
     }
 }

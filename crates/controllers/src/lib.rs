@@ -15,6 +15,8 @@
 //! - `nodes`: which nodes are cordoned, from a watch of Nodes (node
 //!   maintenance: their pods read as cordoned);
 //! - `registry_poll`: HAKeeper's store list, read into `stores`;
+//! - [`cutover`]: the cutover time, read from (or first recorded in) the
+//!   cluster at start: only claims older than it adopt Go-bound pods;
 //! - `context`: what every reconcile shares, with this process's memory in
 //!   small structs of their own (`backoff`, `lately`, `migrations`,
 //!   `expected`, `stores`, `own_writes`);
@@ -32,6 +34,7 @@ pub mod claim;
 pub mod claim_set;
 mod clock;
 mod context;
+pub mod cutover;
 mod error;
 mod expected;
 mod key;
@@ -167,6 +170,9 @@ pub struct Config {
     pub pool_wake_interval: Duration,
     /// This operator instance's name in Events.
     pub instance: String,
+    /// The operator's own namespace, where it keeps its cutover record
+    /// ([`cutover::RECORD`]).
+    pub operator_namespace: String,
     /// Where the time of day is read.
     pub clock: Clock,
 }
@@ -192,6 +198,7 @@ impl Default for Config {
             wake_interval: Duration::from_secs(1),
             pool_wake_interval: Duration::from_secs(3),
             instance: "cnpool".into(),
+            operator_namespace: "default".into(),
             clock: Clock::default(),
         }
     }
@@ -357,10 +364,11 @@ where
         registry_poll::poll_registry(ctx.clone(), shutdown.clone()),
     );
     let stats = store::poll_stats(ctx.clone(), shutdown.clone());
+    let cutover = cutover::establish(ctx.clone(), shutdown.clone());
     let node_ctx = ctx.clone();
     let cordons =
         nodes::watch(ctx.client.clone(), ctx.nodes.clone(), move |node| wake::node_changed(&node_ctx, node), shutdown);
-    let informers = futures::future::join3(informers, stats, cordons).map(drop).boxed();
+    let informers = futures::future::join4(informers, stats, cordons, cutover).map(drop).boxed();
     let triggers = ctx.wake.take_receivers();
     Wiring { ctx, informers, pods, claims, pools, claim_sets, triggers }
 }

@@ -38,6 +38,10 @@ pub enum Transition<'a> {
     /// `claim-uid` = this UID → unowned, Draining (or Terminating for a
     /// failed pod), with `last-owner` and `reclaimed-at`.
     Release { claim_uid: &'a str, then: AfterRelease },
+    /// Bound by the Go operator to the claim named `claim_name` (by name
+    /// only, no `claim-uid`) → released as [`Transition::Release`]. For a
+    /// pod whose claim is confirmed gone.
+    ReleaseLegacy { claim_name: &'a str, then: AfterRelease },
     /// A phase change of an unowned pod (register, recycle, terminate).
     Phase(PodTransition),
     /// Idle or Unknown and unowned → Terminating (scale-in, stale pods).
@@ -52,6 +56,7 @@ impl Transition<'_> {
             Self::AdoptLegacy(_) => "AdoptLegacy",
             Self::Rewrite(_) => "RewriteBinding",
             Self::Release { .. } => "Release",
+            Self::ReleaseLegacy { .. } => "ReleaseLegacy",
             Self::Phase(PodTransition::Register) => "Register",
             Self::Phase(PodTransition::Recycle) => "Recycle",
             Self::Phase(PodTransition::Terminate(_)) => "Terminate",
@@ -132,6 +137,7 @@ fn operations(pod: &Pod, transition: Transition<'_>, now: jiff::Timestamp) -> Op
         }
         Transition::Rewrite(claim) => claim_uid == Some(claim.uid.as_str()),
         Transition::Release { claim_uid: uid, .. } => claim_uid == Some(uid),
+        Transition::ReleaseLegacy { claim_name, .. } => claim_uid.is_none() && claimed_by == Some(claim_name),
         Transition::Phase(step) => phase == Some(step.from()) && !owned,
         Transition::Retire => matches!(phase, Some(PodPhase::Idle | PodPhase::Unknown)) && !owned,
     };
@@ -176,7 +182,7 @@ fn operations(pod: &Pod, transition: Transition<'_>, now: jiff::Timestamp) -> Op
             }
             edit.set_annotation(labels::BINDING, &Binding::of_claim(claim).render());
         }
-        Transition::Release { then, .. } => {
+        Transition::Release { then, .. } | Transition::ReleaseLegacy { then, .. } => {
             let to = match then {
                 AfterRelease::Drain => PodPhase::Draining,
                 AfterRelease::Retire => PodPhase::Terminating,
@@ -313,6 +319,7 @@ mod tests {
             claim_set: None,
             drain_reported: None,
             invalid: None,
+            created: None,
         }
     }
 
@@ -396,6 +403,26 @@ mod tests {
         assert!(
             !ops.iter().any(|op| op["op"] == "remove" && op["path"] == pointer("labels", labels::POOL_NAME).as_str())
         );
+    }
+
+    #[test]
+    fn a_go_bound_pod_is_released_by_name_only_while_it_carries_no_uid() {
+        let release = Transition::ReleaseLegacy { claim_name: "c", then: AfterRelease::Drain };
+        let go_bound = pod(&[(labels::PHASE, "Bound"), (labels::CLAIMED_BY, "c"), (labels::OWNER, "tenant")]);
+        let ops = operations(&go_bound, release, jiff::Timestamp::UNIX_EPOCH).expect("bound to c by name");
+        assert_eq!(
+            ops[1],
+            json!({"op": "test", "path": "/metadata/labels/pool.matrixorigin.io~1claim-uid", "value": null})
+        );
+        assert_eq!(
+            ops[2],
+            json!({"op": "test", "path": "/metadata/labels/pool.matrixorigin.io~1claimed-by", "value": "c"})
+        );
+        assert!(ops.contains(&json!({"op": "remove", "path": "/metadata/labels/pool.matrixorigin.io~1claimed-by"})));
+        let adopted = pod(&[(labels::PHASE, "Bound"), (labels::CLAIMED_BY, "c"), (labels::CLAIM_UID, "u1")]);
+        assert!(operations(&adopted, release, jiff::Timestamp::UNIX_EPOCH).is_none(), "a UID makes it cnpool's");
+        let other = pod(&[(labels::PHASE, "Bound"), (labels::CLAIMED_BY, "d")]);
+        assert!(operations(&other, release, jiff::Timestamp::UNIX_EPOCH).is_none());
     }
 
     #[test]

@@ -14,7 +14,10 @@
 //! - writes the stats annotations (score, deletion cost, connections) only
 //!   when they change;
 //! - releases orphans: a pod whose `claim-uid` names no claim, confirmed by
-//!   a live read of the claim (new claims are often not cached yet).
+//!   a live read of the claim (new claims are often not cached yet); and a
+//!   pod the Go operator bound (`claimed-by`, no `claim-uid`) once a live
+//!   read finds no claim of that name in its namespace. A claim of that
+//!   name, whatever its spec or phase, keeps the pod.
 
 use std::sync::Arc;
 
@@ -101,6 +104,12 @@ pub async fn reconcile<R: StoreRegistry + 'static>(pod: Arc<Pod>, ctx: Arc<Conte
         && ctx.claims.by_uid(claim_uid).is_none()
     {
         return sweep_orphan(&ctx, &pod, &view, claim_uid).await;
+    }
+    if view.claim_uid.is_none()
+        && let Some(claim_name) = view.claimed_by.as_deref()
+        && ctx.claims.get(&(key.0.clone(), claim_name.to_owned())).is_none()
+    {
+        return sweep_go_orphan(&ctx, &pod, &view, claim_name).await;
     }
     let pool = pool_of(&ctx, &view);
     let (listed, store) = ctx.stores.get(&uuid);
@@ -352,6 +361,32 @@ async fn finalize<R: StoreRegistry>(ctx: &Context<R>, pod: &Pod, uuid: &str) -> 
     }
     tracing::info!(pod = %pod.name_any(), store = uuid, removed = removed.is_ok(), "store removed; pod released to deletion");
     Ok(Action::await_change())
+}
+
+/// The Go operator bound the pod to a claim name the cache does not hold:
+/// read that claim live, and release the pod (guarded by the name and the
+/// absence of a UID) only if there is none. One that exists, new or old,
+/// valid or not, keeps the pod: its own reconcile decides about it.
+async fn sweep_go_orphan<R>(ctx: &Context<R>, pod: &Pod, view: &PodView, claim_name: &str) -> Result<Action, Error> {
+    let (namespace, name) = key_of(pod);
+    let claims: Api<CNClaim> = Api::namespaced(ctx.client.clone(), &namespace);
+    let exists = claims
+        .get_opt(claim_name)
+        .await
+        .map_err(|error| Error::kube("read", format!("CNClaim {namespace}/{claim_name}"), error))?
+        .is_some();
+    if exists {
+        return Ok(Action::requeue(ctx.backoff.failure(Kind::Pod, &key_of(pod))));
+    }
+    let then = if view.failed { AfterRelease::Retire } else { AfterRelease::Drain };
+    if let Outcome::Applied(_) =
+        ownership::transition(&ctx.client, pod, Transition::ReleaseLegacy { claim_name, then }, ctx.now()).await?
+    {
+        tracing::info!(pod = %name, claim = claim_name, "released a Go-bound pod: no claim of its name exists");
+        let note = format!("released: claim {claim_name}, which the Go operator bound it to, no longer exists");
+        ctx.event(&pod.object_ref(&()), false, "OrphanReleased", "Release", note).await;
+    }
+    Ok(after_own_write(ctx))
 }
 
 /// The pod's owner is not in the cache: read the claim live, and release the

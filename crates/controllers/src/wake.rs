@@ -267,11 +267,15 @@ pub fn claim_changed<R>(ctx: &Context<R>, (old, new): Change<'_, CNClaim>) {
     if migrated && !any.spec.pool_name.is_empty() {
         wake_outdated_claims(ctx, &namespace, &any.spec.pool_name);
     }
-    // A claim going away: its pods are checked for orphans.
+    // A claim going away: its pods are checked for orphans, the pod it
+    // points at too (a pod the Go operator bound to it carries no UID).
     let going = new.is_none_or(|claim| claim.metadata.deletion_timestamp.is_some());
     if going && let Some(uid) = any.uid() {
         for pod in ctx.pods.owned_by(&uid) {
             ctx.wake.pod(&namespace, &pod.name_any());
+        }
+        if !any.spec.pod_name.is_empty() {
+            ctx.wake.pod(&namespace, &any.spec.pod_name);
         }
     }
 }

@@ -71,7 +71,8 @@
 //! | 4 | has no finalizer; the step rows 5–20 name is not `Acquire`, `AcquirePreBound`, `Record` or a read ([`ClaimStep::only_reads`]) | `AddFinalizer` |
 //! | 5c | holds two pods or more; cache | `ConfirmRecord` |
 //! | 5 | the same, read live | `Adopt`: keep the one `spec.podName` names, else the lowest name; release the rest |
-//! | 6 | holds none; the pod `spec.podName` names is Bound, `claimed-by` this claim, without `claim-uid`, and not of another UID than recorded | `AdoptLegacy` |
+//! | 6 | holds none; the pod `spec.podName` names is Bound, `claimed-by` this claim, without `claim-uid`, and not of another UID than recorded; the claim was created before the cutover time ([`ClaimInput::adopt_legacy_before`]) | `AdoptLegacy` |
+//! | 6w | the same, but the cutover time is not known | `ReportUnavailable(CutoverUnknown)`: the claim waits and keeps its pod (never a loss) |
 //! | 7 | holds none; has a record (not the source); is not Lost; cache | `ConfirmLost(reason)` |
 //! | 8 | the same, read live | `MarkLost(reason)`, nothing to release (for `StoreMissing`, only on a store listing of this reconcile: else `RefreshStores`) |
 //! | 9 | holds none; is Lost; belongs to a claim set | `InSync`: the set replaces it |
@@ -115,6 +116,13 @@
 //! | 24 | the same, already reported | `WaitForDrain` |
 //! | 25 | the source is Idle, Terminating, deleting, gone, or another claim's | `CompleteMigration`: clear `status.migrate`, then `sourcePod` |
 //! | 8t | its recorded target is lost as in rows 7/8 or 15/16, confirmed live, while the source still carries its UID and is neither deleting nor failed | `FallBackToSource(reason)`: `spec.podName` back to the source, `sourcePod` cleared, condition `Migration=False` reason `TargetLost`, then the target released if still ours (retired if failed or its store is missing): the tenant keeps its CN, and rows 14c/14/19 record the source and show it Bound again |
+//!
+//! A claim created at or after the cutover time never adopts (row 6): a
+//! claim deleted and recreated under a Go claim's name is a new claim, and
+//! the Go pod still bound to that name is not its own. It asks for the pod
+//! like any request (row 12 reports it unavailable), and the pod stays bound to
+//! the name until no claim of that name exists; then the CN-store
+//! controller releases it.
 //!
 //! Rows 7/8 say why the recorded pod is lost by looking it up by name: none
 //! → [`LossReason::PodDeleted`]; another UID → `PodReplaced`; for a claim the
@@ -282,6 +290,11 @@ pub struct ClaimInput<'a, 'c> {
     /// Whether HAKeeper's stores were listed during this reconcile
     /// ([`ClaimStep::RefreshStores`]).
     pub stores_listed: bool,
+    /// The operator's cutover time, recorded in the cluster on its first
+    /// start: only a claim created before it may adopt a pod the Go
+    /// operator bound to its name (row 6). `None` while the operator does
+    /// not know it: no claim adopts, and one that would waits (row 6w).
+    pub adopt_legacy_before: Option<Timestamp>,
 }
 
 /// The one thing to do next for a claim.
@@ -530,6 +543,9 @@ pub enum Unavailable {
     NotFound,
     /// The pod exists but acquire's precondition does not hold.
     Ineligible(Ineligible),
+    /// The Go operator bound the pod to this claim, but the operator does
+    /// not know its cutover time yet, without which it adopts nothing.
+    CutoverUnknown,
 }
 
 impl Unavailable {
@@ -538,6 +554,7 @@ impl Unavailable {
         match self {
             Self::NotFound => "NotFound",
             Self::Ineligible(why) => why.as_str(),
+            Self::CutoverUnknown => "CutoverUnknown",
         }
     }
 
@@ -546,6 +563,10 @@ impl Unavailable {
         match self {
             Self::NotFound => "the requested pod does not exist",
             Self::Ineligible(why) => why.message(),
+            Self::CutoverUnknown => {
+                "bound to this claim by the Go operator; it is adopted once cnpool has read or recorded its \
+                 cutover time (ConfigMap cnpool-cutover in the operator's namespace: see the operator's log)"
+            }
         }
     }
 }
@@ -712,8 +733,10 @@ pub fn pod_to_keep<'a>(claim: &ClaimView, held: &[&'a PodView]) -> &'a PodView {
 /// Rows 6–13: the claim holds no pod.
 fn bind<'a>(input: &ClaimInput<'a, '_>) -> ClaimStep<'a> {
     let claim = input.claim;
-    if let Some(pod) = legacy_adoptable(input) {
-        return ClaimStep::AdoptLegacy(pod);
+    match legacy_adoptable(input) {
+        Some(Ok(pod)) => return ClaimStep::AdoptLegacy(pod),
+        Some(Err(why)) => return ClaimStep::ReportUnavailable(why),
+        None => {}
     }
     if let Some(reason) = why_recorded_pod_is_gone(input) {
         return lose_target(input, reason, Vec::new());
@@ -758,19 +781,26 @@ fn acquire<'a>(input: &ClaimInput<'a, '_>) -> ClaimStep<'a> {
     ClaimStep::Acquire { candidates }
 }
 
-/// The pointed pod, when adopt-legacy's precondition holds on it exactly
-/// and the claim has not recorded another pod's UID under that name (a pod
-/// replaced since is not the one the claim was bound to).
-fn legacy_adoptable<'a>(input: &ClaimInput<'a, '_>) -> Option<&'a PodView> {
+/// The pointed pod, when adopt-legacy's precondition holds on it exactly,
+/// the claim has not recorded another pod's UID under that name (a pod
+/// replaced since is not the one the claim was bound to) and the claim
+/// was created before the cutover time; `Err` while that time is unknown
+/// (row 6w). `None` for a claim created since: the name on the pod is a
+/// deleted claim's.
+fn legacy_adoptable<'a>(input: &ClaimInput<'a, '_>) -> Option<Result<&'a PodView, Unavailable>> {
     let claim = input.claim;
-    input.pointed.filter(|pod| {
+    let pod = input.pointed.filter(|pod| {
         claim.pod_name.as_deref() == Some(pod.name.as_str())
             && claim.recorded_pod_uid.as_ref().is_none_or(|uid| *uid == pod.uid)
             && !claim.is_source(&pod.name)
             && pod.phase == Some(PodPhase::Bound)
             && pod.claimed_by.as_deref() == Some(claim.name.as_str())
             && pod.claim_uid.is_none()
-    })
+    })?;
+    match input.adopt_legacy_before {
+        None => Some(Err(Unavailable::CutoverUnknown)),
+        Some(cutover) => claim.created.filter(|created| *created < cutover).map(|_| Ok(pod)),
+    }
 }
 
 /// Why the recorded pod no longer belongs to the claim, given that the claim

@@ -142,6 +142,7 @@ pub fn claim_view(claim: &CNClaim) -> Result<ClaimView, ConvertError> {
             pipelines: u64::try_from(source.pipelines).unwrap_or(0),
             replicas: u64::try_from(source.replicas).unwrap_or(0),
         }),
+        created: meta.creation_timestamp.as_ref().map(|time| time.0),
     })
 }
 

@@ -125,6 +125,10 @@ pub struct ClaimView {
     /// passes. Nothing is done because of an invalid spec (DESIGN §2,
     /// "Inputs"): the webhook may be absent, fail open, or predate a rule.
     pub invalid: Option<cnpool_api::validation::Invalid>,
+    /// `metadata.creationTimestamp`: whether the claim predates the
+    /// operator's cutover, and so may adopt a pod the Go operator bound to
+    /// its name.
+    pub created: Option<Timestamp>,
 }
 
 /// The pod a claim has recorded as its own.

@@ -92,6 +92,7 @@ pub fn claim() -> ClaimView {
         claim_set: None,
         drain_reported: None,
         invalid: None,
+        created: Some(at(0)),
     }
 }
 

@@ -241,6 +241,7 @@ impl Observed {
             claim_confirmed: snap.claim_confirmed,
             acquired_lately: self.acquired_lately.as_deref(),
             stores_listed: snap.stores_listed,
+            adopt_legacy_before: ctx.cutover.get().copied(),
         }
     }
 

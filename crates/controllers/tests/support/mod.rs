@@ -158,6 +158,20 @@ async fn delete_namespace(kubeconfig: &str, ns: &str) {
     let _ = pods.delete_collection(&DeleteParams::default().grace_period(0), &ListParams::default()).await;
 }
 
+/// Deletes the cutover record an earlier test's operator processes left in
+/// their own namespace (shared between tests on a real server: the one of
+/// their kubeconfig), so that this cluster's operators record theirs afresh
+/// after the objects a scenario leaves as the Go operator did.
+async fn forget_cutover(target: &Target) {
+    let operator_ns = real_config(target.operator_kubeconfig()).await.default_namespace;
+    let records: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(target.client().await, &operator_ns);
+    match records.delete(cnpool_controllers::cutover::RECORD, &DeleteParams::default()).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(status)) if status.code == 404 => {}
+        Err(error) => panic!("delete the cutover record in {operator_ns}: {error}"),
+    }
+}
+
 pub fn operator_config(ns: &str, instance: usize) -> Config {
     Config {
         namespace: Some(ns.into()),
@@ -178,6 +192,8 @@ pub fn operator_config(ns: &str, instance: usize) -> Config {
         wake_interval: Duration::from_millis(50),
         pool_wake_interval: Duration::from_millis(200),
         instance: format!("cnpool-{instance}"),
+        // The cluster's own namespace: each cluster is cnpool's first start.
+        operator_namespace: ns.into(),
         ..Config::default()
     }
 }
@@ -271,7 +287,9 @@ impl Cluster {
             Target::Real { kubeconfig } => {
                 let api = processes::Api::Cluster { kubeconfig: &kubeconfig };
                 let node_side = processes::Processes::start(binary, api, &tag);
-                (Target::Real { kubeconfig }, node_side)
+                let target = Target::Real { kubeconfig };
+                forget_cutover(&target).await;
+                (target, node_side)
             }
             _ => {
                 let kubeconfig = std::env::temp_dir().join(format!("cnpool-e2e-{tag}.kubeconfig"));

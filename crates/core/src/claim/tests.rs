@@ -9,6 +9,8 @@ use crate::testing::*;
 const NOW: i64 = 10_000;
 const STORE_MISSING_BOUND: Duration = Duration::from_secs(60);
 const PROPAGATION_DELAY: Duration = Duration::from_secs(15);
+/// The operator's cutover time: after the claims of [`claim`] were created.
+const CUTOVER: i64 = 5_000;
 
 /// What the store controller last saw, owned so that a test can build it.
 #[derive(Clone, Debug)]
@@ -40,6 +42,8 @@ struct World {
     stores_listed: bool,
     /// Whether the pool's Idle pods were read as candidates.
     candidates_read: bool,
+    /// The operator's cutover time, if known.
+    adopt_legacy_before: Option<Timestamp>,
 }
 
 impl World {
@@ -57,6 +61,7 @@ impl World {
             acquired_lately: None,
             stores_listed: true,
             candidates_read: true,
+            adopt_legacy_before: Some(at(CUTOVER)),
         }
     }
 
@@ -120,6 +125,7 @@ impl World {
             claim_confirmed: self.claim_confirmed,
             acquired_lately: self.acquired_lately.as_deref(),
             stores_listed: self.stores_listed,
+            adopt_legacy_before: self.adopt_legacy_before,
         })
     }
 
@@ -413,6 +419,33 @@ fn of_two_claims_on_one_go_bound_pod_the_one_claimed_by_names_keeps_it() {
     let adopted = PodView { claim_uid: Some(CLAIM_UID.into()), ..pod };
     let loser = World::new(go_claim("b", "uid-claim-b")).with_pod(adopted).live();
     assert_eq!(loser.step(), ClaimStep::MarkLost { reason: LossReason::Misbound, release: vec![] });
+}
+
+#[test]
+fn a_claim_created_since_the_cutover_does_not_inherit_the_go_pod_of_its_name() {
+    // Deleted and created again under the Go claim's name, asking for its pod.
+    for created in [CUTOVER, CUTOVER + 1] {
+        let recreated = ClaimView {
+            created: Some(at(created)),
+            phase: None,
+            recorded_pod_name: None,
+            ..go_claim("a", "uid-recreated")
+        };
+        let world = World::new(recreated).with_pod(go_bound("a"));
+        assert_eq!(world.step(), ClaimStep::ReportUnavailable(Unavailable::Ineligible(Ineligible::NotIdle)));
+    }
+}
+
+// Row 6w.
+#[test]
+fn without_a_known_cutover_a_go_claim_waits_and_keeps_its_pod() {
+    let world = World { adopt_legacy_before: None, ..World::new(go_claim("a", CLAIM_UID)).with_pod(go_bound("a")) };
+    for world in [world.clone(), world.live()] {
+        assert_eq!(world.step(), ClaimStep::ReportUnavailable(Unavailable::CutoverUnknown));
+    }
+    // A claim that does not point at a Go-bound pod has no reason to wait.
+    let fresh = World { adopt_legacy_before: None, ..World::new(claim()).with_pod(idle_pod("p", 1)) };
+    assert_eq!(fresh.step(), ClaimStep::ConfirmCurrent);
 }
 
 #[test]
@@ -948,6 +981,7 @@ fn any_world() -> impl Strategy<Value = World> {
                     acquired_lately,
                     stores_listed,
                     candidates_read: true,
+                    adopt_legacy_before: Some(at(CUTOVER)),
                 }
             })
     })
@@ -1008,6 +1042,30 @@ proptest! {
                 prop_assert!(not_source(&world, pod));
             }
             _ => {}
+        }
+    }
+
+    #[test]
+    fn a_claim_created_at_or_after_the_cutover_never_adopts(
+        world in any_world(),
+        created in proptest::option::of(0..NOW),
+        cutover in proptest::option::of(0..NOW),
+        go_bound_pointed in any::<bool>(),
+    ) {
+        let mut world = World {
+            claim: ClaimView { created: created.map(at), ..world.claim.clone() },
+            adopt_legacy_before: cutover.map(at),
+            ..world
+        };
+        // Often the pointed pod is one the Go operator bound to this name.
+        if go_bound_pointed && let Some(name) = world.claim.pointed_pod().map(str::to_owned) {
+            let name_claim = world.claim.name.clone();
+            for pod in world.pods.iter_mut().filter(|pod| pod.name == name) {
+                *pod = PodView { phase: Some(PodPhase::Bound), claimed_by: Some(name_claim.clone()), claim_uid: None, ..pod.clone() };
+            }
+        }
+        if let ClaimStep::AdoptLegacy(_) = world.step() {
+            prop_assert!(created.zip(cutover).is_some_and(|(created, cutover)| created < cutover));
         }
     }
 
