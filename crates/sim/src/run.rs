@@ -379,6 +379,7 @@ async fn simulate(
     });
 
     let bounds = Bounds {
+        pool: scenario.pool.name.clone(),
         max_pods: scenario.pool.max_pods,
         max_idle: scenario.pool.max_idle,
         start_delay: scenario.world.start_delay,
@@ -386,7 +387,7 @@ async fn simulate(
         owner_label: controllers.owner_label(),
     };
     let timeline = Arc::new(Mutex::new(keep.report.then(|| Timeline::new(bounds.owner_label))));
-    let checker = Arc::new(Mutex::new(Checker::new(bounds)));
+    let checker = Arc::new(Mutex::new(Checker::new(bounds, ledger.clone())));
     let lagged = Arc::new(AtomicU64::new(0));
     {
         let (checker, ledger, registry, lagged) = (checker.clone(), ledger.clone(), registry.clone(), lagged.clone());
