@@ -33,8 +33,14 @@ use crate::claim::{CNClaimSpec, CNClaimStatus};
 )]
 #[serde(rename_all = "camelCase")]
 pub struct CNClaimSetSpec {
-    /// How many claims the set keeps.
+    /// How many claims the set keeps. The CRD refuses a negative value: the
+    /// scale subresource already does, so no stored set can carry one. The
+    /// other limits (a pool's maxIdle and maxPods, a selector's operator) are
+    /// left to the operator's validation: kube-apiserver 1.20 checks every
+    /// update against the whole schema, so an object stored before such a
+    /// limit could no longer have its finalizers removed (docs/install.md).
     #[serde(default)]
+    #[schemars(range(min = 0))]
     pub replicas: i32,
     /// The claims to create.
     pub template: CNClaimTemplate,

@@ -14,3 +14,4 @@ pub(crate) fn pod_template(_: &mut SchemaGenerator) -> Schema {
         "x-kubernetes-preserve-unknown-fields": true
     })
 }
+

@@ -12,9 +12,13 @@
 //! set (controller), so that garbage collection deletes the members when
 //! the set goes. Members are deleted with a UID precondition; the claim
 //! controller's finalizer then releases their pods.
+//!
+//! A set whose spec fails validation (DESIGN §2, "Inputs") creates and
+//! deletes no members: its status says which field to fix.
 
 use std::sync::Arc;
 
+use cnpool_api::validation::validate_claim_set_spec;
 use cnpool_api::{CNClaim, CNClaimSet, CNClaimSetStatus, ClaimPhase, labels};
 use cnpool_core::claim_set::{ClaimSetPlan, NewMember, plan_claim_set};
 use cnpool_core::convert::{claim_set_view, member_view};
@@ -25,10 +29,13 @@ use kube::api::{Api, DeleteParams, PostParams, Preconditions};
 use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 
-use crate::cache::{Key, key_of};
-use crate::context::{Context, Kind};
+use crate::context::Context;
 use crate::error::{Error, is_already_exists, is_not_found, is_stale};
-use crate::pool::read_pod;
+use crate::key::{Key, Kind, key_of};
+use crate::validity::{Verdict, ready_condition};
+
+/// What an invalid set does not do, as its condition says.
+const HELD_BACK: &str = "the set creates and deletes no claims; its claims keep their pods";
 
 /// The selector, as text, of a set's members and of the pods they hold:
 /// acquire puts the claim's `claimset` label on its pod and release takes
@@ -44,8 +51,22 @@ pub async fn reconcile<R: StoreRegistry + 'static>(
 ) -> Result<Action, Error> {
     let key = key_of(set.as_ref());
     ctx.wake.reconciling(Kind::ClaimSet, &key.0, &key.1, ctx.claim_sets.holds_version(&set));
-    let view = claim_set_view(&set)?;
+    // Validation comes first, whatever the webhook let through: members
+    // made from an invalid template would carry what it holds.
+    let verdict = Verdict::of(validate_claim_set_spec(&set.spec), HELD_BACK);
     let raw_members = ctx.claims.of_claim_set(&set.uid().unwrap_or_default());
+    if !verdict.valid {
+        let mut live: Vec<&CNClaim> =
+            raw_members.iter().map(AsRef::as_ref).filter(|claim| claim.metadata.deletion_timestamp.is_none()).collect();
+        live.sort_by_key(|claim| claim.name_any());
+        if !write_status(&ctx, &set, &live, 0, &verdict).await? {
+            return Ok(Action::requeue(ctx.after_stale_refusal()));
+        }
+        // The fix wakes the set through its watch.
+        ctx.backoff.settled(Kind::ClaimSet, &key);
+        return Ok(Action::requeue(ctx.config.resync));
+    }
+    let view = claim_set_view(&set)?;
     let members: Vec<MemberView> =
         raw_members.iter().map(|claim| read_member(&ctx, claim)).collect::<Result<_, _>>()?;
     let expected = ctx.expected_members.outstanding(
@@ -65,7 +86,7 @@ pub async fn reconcile<R: StoreRegistry + 'static>(
     };
     let mut live: Vec<&CNClaim> = raw_members.iter().map(AsRef::as_ref).filter(|claim| !gone(claim)).collect();
     live.sort_by_key(|claim| claim.name_any());
-    let reported = write_status(&ctx, &set, &live, expected.creations.len() + created).await?;
+    let reported = write_status(&ctx, &set, &live, expected.creations.len() + created, &verdict).await?;
 
     if !reported {
         return Ok(Action::requeue(ctx.after_stale_refusal()));
@@ -76,12 +97,12 @@ pub async fn reconcile<R: StoreRegistry + 'static>(
         // polled each one from 200 ms up). The requeue is a safety net.
         return Ok(Action::requeue(ctx.config.requeue_max));
     }
-    ctx.settled(Kind::ClaimSet, &key);
+    ctx.backoff.settled(Kind::ClaimSet, &key);
     Ok(Action::requeue(ctx.config.resync))
 }
 
 pub fn error_policy<R>(set: Arc<CNClaimSet>, error: &Error, ctx: Arc<Context<R>>) -> Action {
-    let delay = ctx.backoff(Kind::ClaimSet, &key_of(set.as_ref()));
+    let delay = ctx.backoff.failure(Kind::ClaimSet, &key_of(set.as_ref()));
     tracing::warn!(claim_set = %set.name_any(), error = %error, kind = error.metric_label(), ?delay, "claim set reconcile failed");
     Action::requeue(delay)
 }
@@ -94,7 +115,7 @@ fn read_member<R>(ctx: &Context<R>, claim: &CNClaim) -> Result<MemberView, Error
     let pod = Some(&claim.spec.pod_name)
         .filter(|name| !name.is_empty())
         .and_then(|name| ctx.pods.get(&(namespace, name.clone())))
-        .map(|pod| read_pod(ctx, &pod))
+        .map(|pod| ctx.observer().read_pod(&pod))
         .transpose()?
         .filter(|pod| pod.claim_uid.is_some() && pod.claim_uid == uid);
     Ok(member_view(claim, pod.as_ref())?)
@@ -205,12 +226,21 @@ async fn create_member<R>(ctx: &Context<R>, set: &CNClaimSet, key: &Key, new: &N
 }
 
 /// Writes the set's status when it differs: `live` are the members not
-/// going away, `awaited` the creations the cache does not show yet.
-/// `false` when the set changed since it was read (often by this
-/// controller's previous status write, not yet in the cache): the set is
-/// then looked at again soon, since its own status writes wake nothing.
-async fn write_status<R>(ctx: &Context<R>, set: &CNClaimSet, live: &[&CNClaim], awaited: usize) -> Result<bool, Error> {
+/// going away, `awaited` the creations the cache does not show yet, and
+/// `verdict` the `Ready` condition. `false` when the set changed since it
+/// was read (often by this controller's previous status write, not yet in
+/// the cache): the set is then looked at again soon, since its own status
+/// writes wake nothing.
+async fn write_status<R>(
+    ctx: &Context<R>,
+    set: &CNClaimSet,
+    live: &[&CNClaim],
+    awaited: usize,
+    verdict: &Verdict,
+) -> Result<bool, Error> {
     let current = set.status.clone().unwrap_or_default();
+    let mut conditions = current.conditions.clone();
+    verdict.apply(&mut conditions, set.metadata.generation, ctx.now());
     let ready = live.iter().filter(|claim| matches!(claim.phase(), Some(ClaimPhase::Bound | ClaimPhase::Outdated)));
     let count = |n: usize| i32::try_from(n).unwrap_or(i32::MAX);
     let status = CNClaimSetStatus {
@@ -219,7 +249,7 @@ async fn write_status<R>(ctx: &Context<R>, set: &CNClaimSet, live: &[&CNClaim], 
         claims: live.iter().map(|claim| claim.status.clone().unwrap_or_default()).collect(),
         label_selector: Some(member_selector(&set.name_any())),
         pod_selector: current.pod_selector.clone(),
-        conditions: current.conditions.clone(),
+        conditions,
         observed_generation: set.metadata.generation,
     };
     if status == current {
@@ -229,7 +259,10 @@ async fn write_status<R>(ctx: &Context<R>, set: &CNClaimSet, live: &[&CNClaim], 
     updated.status = Some(status);
     let sets: Api<CNClaimSet> = Api::namespaced(ctx.client.clone(), set.namespace().as_deref().unwrap_or_default());
     match sets.replace_status(&set.name_any(), &PostParams::default(), &updated).await {
-        Ok(_) => Ok(true),
+        Ok(_) => {
+            verdict.announce(ctx, &set.object_ref(&()), ready_condition(&current.conditions)).await;
+            Ok(true)
+        }
         Err(error) if is_not_found(&error) => Ok(true),
         Err(error) if is_stale(&error) => Ok(false),
         Err(error) => Err(Error::kube("write status of", format!("CNClaimSet {}", set.name_any()), error)),

@@ -142,7 +142,7 @@ impl Metrics {
         );
         registry.register(
             "migrations",
-            "Migrations ended, per outcome (Completed, Refused)",
+            "Migrations ended, per outcome (Completed, Refused, TargetLost)",
             metrics.migrations.clone(),
         );
         registry.register(

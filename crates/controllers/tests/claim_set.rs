@@ -330,3 +330,52 @@ async fn a_template_change_rolls_a_set_of_5_one_surge_at_a_time_and_migrates_a_s
     assert!(peak_members <= 6, "{peak_members} live members at once for 5 replicas");
     assert_eq!(peak_members, 6, "the set rolled with a surge member");
 }
+
+/// A member whose source pod goes while it migrates, before it holds a
+/// target, is Lost with `sourcePod` still set: the set replaces it like
+/// any Lost member, and the replacement binds a pod of its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_lost_mid_migration_is_replaced() {
+    let cluster = Cluster::new().await;
+    let commits = Commits::record(&cluster).await;
+    cluster.start_operator(0).await;
+    // No Idle pod and no room for one: the migration waits for a target.
+    cluster.create_pool(0, Some(1)).await;
+    create_set(&cluster, 1).await;
+    let before = converged(&cluster, 1).await;
+    let victim = format!("{SET}-0");
+    let source = before[&victim].clone();
+    let old_uid = members(&cluster).await[&victim].metadata.uid.clone().unwrap();
+
+    // An operator-chosen target: `spec.podName` removed (kube-apiserver 1.20
+    // refuses an empty string there).
+    let migrate = json!({"spec": {"sourcePod": {"podName": source}, "podName": null}});
+    cluster.claims().patch(&victim, &PatchParams::default(), &Patch::Merge(&migrate)).await.expect("start migrating");
+    let grace = DeleteParams::default().grace_period(0);
+    cluster.pods().delete(&source, &grace).await.expect("delete the source pod");
+
+    let after = eventually("the member replaced", Duration::from_secs(60), || async {
+        let pods = converged(&cluster, 1).await;
+        match members(&cluster).await.get(&victim).and_then(|claim| claim.metadata.uid.clone()) {
+            Some(uid) if uid != old_uid => Ok(pods),
+            _ => Err("not replaced yet".to_string()),
+        }
+    })
+    .await;
+    let replacement = &members(&cluster).await[&victim];
+    assert!(replacement.spec.source_pod.is_none(), "the replacement migrates nothing");
+    let pod_uid = |claim: &CNClaim| claim.status.as_ref().and_then(|status| status.store.as_ref()?.pod_uid.clone());
+    assert!(pod_uid(replacement).is_some(), "the replacement recorded its pod: {after:?}");
+    // The scenario is the one meant: the old member was Lost while it still
+    // named its source (the recorder's watch may lag the reads above).
+    eventually("the old member seen Lost mid-migration", Duration::from_secs(10), || async {
+        let states = commits.states_of("cnclaims", &victim);
+        let lost_migrating = states.iter().any(|claim| {
+            claim["metadata"]["uid"] == old_uid.as_str()
+                && claim["status"]["phase"] == "Lost"
+                && claim["spec"]["sourcePod"]["podName"] == source.as_str()
+        });
+        if lost_migrating { Ok(()) } else { Err(format!("{} states", states.len())) }
+    })
+    .await;
+}

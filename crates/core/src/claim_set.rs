@@ -16,13 +16,15 @@
 //!   `replicas` live members (AlreadyExists stops the second creation of a
 //!   name), as long as `replicas` does not shrink under them.
 //! - **Lost** members are deleted (the claim controller releases their
-//!   pods) and replaced. A replacement needs a free name, so a member whose
-//!   slot is still held by a claim being finalized waits for it to go.
+//!   pods) and replaced, mid-migration or not: a Lost claim serves no one,
+//!   and its finalizer releases whatever still carries its UID, the source
+//!   included. A replacement needs a free name, so a member whose slot is
+//!   still held by a claim being finalized waits for it to go.
 //! - **Scale-in** deletes Pending members first, then Outdated ones, then
 //!   Bound ones, each by its pod's deletion order (fewest sessions
 //!   (`pod-deletion-cost`), then newest pod, then name); it never deletes a
-//!   claim mid-migration, and never a Bound one while a Pending or Lost
-//!   one is kept.
+//!   claim mid-migration (unless Lost), and never a Bound one while a
+//!   Pending or Lost one is kept.
 //! - **Rollout**: while any member is Outdated (its pod runs an old pool
 //!   template), the set keeps one **surge** member beyond `replicas`, in
 //!   slots below `replicas + 1`; once no member is Pending or Lost, the
@@ -79,9 +81,12 @@ fn slot_of(set: &str, name: &str, replicas: u32) -> Option<u32> {
 }
 
 /// Whether a member can be deleted at all: not already going, not expected
-/// gone, not mid-migration.
+/// gone, and not mid-migration unless Lost. A migrating claim that serves
+/// its tenant is left to finish; a Lost one serves no one, and keeping it
+/// would leave the set a member short for good.
 fn deletable(member: &MemberView, expected: &Expectations) -> bool {
-    !member.deleting && !expected.deletions.contains(&member.uid) && !member.migrating
+    let lost = member.phase == Some(ClaimPhase::Lost);
+    !member.deleting && !expected.deletions.contains(&member.uid) && (lost || !member.migrating)
 }
 
 /// Scale-in rank: lower goes first.

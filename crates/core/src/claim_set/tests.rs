@@ -122,6 +122,37 @@ fn scale_in_never_deletes_a_claim_mid_migration() {
 }
 
 #[test]
+fn scale_in_never_deletes_a_claim_mid_migration_whatever_its_phase_but_lost() {
+    let members = [
+        MemberView { migrating: true, ..member("set-0", ClaimPhase::Pending) },
+        MemberView { migrating: true, ..member("set-1", ClaimPhase::Outdated) },
+        member("set-2", ClaimPhase::Bound),
+    ];
+    let plan = plan_claim_set(&set(0), &members, &none());
+    assert_eq!(deleted(&plan), ["set-2"]);
+}
+
+#[test]
+fn a_member_lost_mid_migration_is_deleted_and_replaced_once_it_is_gone() {
+    let lost =
+        [MemberView { migrating: true, ..member("set-0", ClaimPhase::Lost) }, member("set-1", ClaimPhase::Bound)];
+    let plan = plan_claim_set(&set(2), &lost, &none());
+    assert_eq!(deleted(&plan), ["set-0"], "a Lost claim serves no one, migrating or not");
+    assert!(plan.create.is_empty(), "set-0 still holds its name until its finalizer is done");
+    let gone = [lost[1].clone()];
+    assert_eq!(created(&plan_claim_set(&set(2), &gone, &none())), ["set-0"]);
+}
+
+#[test]
+fn a_member_lost_mid_migration_goes_before_a_bound_one_on_scale_in() {
+    let members =
+        [member("set-0", ClaimPhase::Bound), MemberView { migrating: true, ..member("set-1", ClaimPhase::Lost) }];
+    let plan = plan_claim_set(&set(1), &members, &none());
+    assert_eq!(deleted(&plan), ["set-1"]);
+    assert!(plan.create.is_empty());
+}
+
+#[test]
 fn scale_in_prefers_pending_members_to_bound_ones() {
     let members = [member("set-0", ClaimPhase::Bound), member("set-1", ClaimPhase::Pending)];
     let plan = plan_claim_set(&set(1), &members, &none());
@@ -279,7 +310,8 @@ proptest! {
     ) {
         let plan = plan_claim_set(&set, &members, &expected);
         for doomed in &plan.delete {
-            prop_assert!(!doomed.migrating && !doomed.deleting && !expected.deletions.contains(&doomed.uid), "deleted {doomed:?}");
+            let lost = doomed.phase == Some(ClaimPhase::Lost);
+            prop_assert!((lost || !doomed.migrating) && !doomed.deleting && !expected.deletions.contains(&doomed.uid), "deleted {doomed:?}");
         }
         if plan.delete.iter().any(|doomed| doomed.phase == Some(ClaimPhase::Bound)) {
             let kept_unbound = members.iter().filter(|member| deletable(member, &expected))
@@ -287,7 +319,9 @@ proptest! {
                 .find(|member| !plan.delete.iter().any(|doomed| doomed.uid == member.uid));
             prop_assert!(kept_unbound.is_none(), "deleted a Bound member and kept {kept_unbound:?}");
         }
-        for lost in members.iter().filter(|member| member.phase == Some(ClaimPhase::Lost) && deletable(member, &expected)) {
+        // Every Lost member not already going is deleted, mid-migration or not.
+        let going = |member: &MemberView| member.deleting || expected.deletions.contains(&member.uid);
+        for lost in members.iter().filter(|member| member.phase == Some(ClaimPhase::Lost) && !going(member)) {
             prop_assert!(plan.delete.iter().any(|doomed| doomed.uid == lost.uid), "kept Lost {lost:?}");
         }
     }
@@ -305,6 +339,7 @@ proptest! {
         prop_assert!(plan.is_empty(), "still planning {plan:?} for {world:?}");
         // A rollout's surge member stays Pending here (nothing binds it),
         // so a set with an Outdated member may hold one more.
+        prop_assert!(world.iter().all(|member| member.phase != Some(ClaimPhase::Lost)), "a Lost member stayed: {world:?}");
         let stuck = world.iter().filter(|member| member.migrating).count();
         let surge = usize::from(world.iter().any(|member| member.phase == Some(ClaimPhase::Outdated)));
         let count = live(&world);

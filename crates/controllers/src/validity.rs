@@ -1,0 +1,160 @@
+//! The `Ready` condition of pools and claim sets, which says whether their
+//! spec passes the validation the webhook runs (DESIGN §2, "Inputs"). The
+//! controllers do not act on an invalid pool or set, and the webhook may
+//! not be there to refuse one: this condition, and one Warning Event per
+//! new message, are how the user learns why nothing happens and what to
+//! fix.
+
+use cnpool_api::validation::Invalid;
+use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+
+use crate::context::Context;
+
+/// The condition type that carries the verdict.
+pub const READY_CONDITION: &str = "Ready";
+/// The reason of `Ready=False`: the spec fails validation.
+pub const INVALID_SPEC: &str = "InvalidSpec";
+/// The reason of `Ready=True`: the spec passes validation and is acted on.
+pub const VALID_SPEC: &str = "ValidSpec";
+
+/// What validation said of a spec, as the `Ready` condition shows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Verdict {
+    pub valid: bool,
+    pub message: String,
+}
+
+impl Verdict {
+    /// The verdict on `checked`; `held_back` says what the controller does
+    /// not do while the spec is invalid.
+    pub fn of(checked: Result<(), Invalid>, held_back: &str) -> Self {
+        match checked {
+            Ok(()) => Self { valid: true, message: "the spec is valid".to_owned() },
+            Err(invalid) => {
+                Self { valid: false, message: format!("{}. Until it is fixed, {held_back}", summary(&invalid)) }
+            }
+        }
+    }
+
+    fn reason(&self) -> &'static str {
+        if self.valid { VALID_SPEC } else { INVALID_SPEC }
+    }
+
+    /// Sets the `Ready` condition in `conditions`; `true` when that changed
+    /// them. The transition time moves only when the status does.
+    pub fn apply(&self, conditions: &mut Vec<Condition>, generation: Option<i64>, now: jiff::Timestamp) -> bool {
+        let status = if self.valid { "True" } else { "False" };
+        let reason = self.reason();
+        match conditions.iter_mut().find(|condition| condition.type_ == READY_CONDITION) {
+            Some(condition)
+                if condition.status == status && condition.reason == reason && condition.message == self.message =>
+            {
+                false
+            }
+            Some(condition) => {
+                if condition.status != status {
+                    condition.last_transition_time = Time(now);
+                }
+                condition.status = status.to_owned();
+                condition.reason = reason.to_owned();
+                condition.message = self.message.clone();
+                condition.observed_generation = generation;
+                true
+            }
+            None => {
+                conditions.push(Condition {
+                    type_: READY_CONDITION.to_owned(),
+                    status: status.to_owned(),
+                    reason: reason.to_owned(),
+                    message: self.message.clone(),
+                    observed_generation: generation,
+                    last_transition_time: Time(now),
+                });
+                true
+            }
+        }
+    }
+
+    /// Says what changed once the condition was written over `before` (the
+    /// `Ready` condition of the version read): one log line per transition,
+    /// and one Warning Event per new invalid message, so that a user who
+    /// edits a spec from one mistake to another hears of each, and a
+    /// reconcile that changes nothing says nothing.
+    pub async fn announce<R>(&self, ctx: &Context<R>, object: &ObjectReference, before: Option<&Condition>) {
+        let kind = object.kind.as_deref().unwrap_or_default();
+        let name = object.name.as_deref().unwrap_or_default();
+        let namespace = object.namespace.as_deref().unwrap_or_default();
+        let was_invalid = before.is_some_and(|condition| condition.reason == INVALID_SPEC);
+        if self.valid {
+            if was_invalid {
+                tracing::info!(kind, namespace, name, "spec fixed; acting on it again");
+            }
+            return;
+        }
+        if was_invalid && before.is_some_and(|condition| condition.message == self.message) {
+            return;
+        }
+        tracing::warn!(kind, namespace, name, message = %self.message, "spec invalid; not acting on it");
+        ctx.event(object, true, INVALID_SPEC, "Validate", self.message.clone()).await;
+    }
+}
+
+/// The first error, and how many more there are: a condition message is
+/// read in one line of `kubectl get -o wide` or `describe`, and fixing the
+/// first error shows the next.
+fn summary(invalid: &Invalid) -> String {
+    match invalid.0.as_slice() {
+        [] => "the spec is invalid".to_owned(),
+        [only] => only.to_string(),
+        [first, rest @ ..] => format!("{first} (and {} more)", rest.len()),
+    }
+}
+
+/// The `Ready` condition among `conditions`.
+pub fn ready_condition(conditions: &[Condition]) -> Option<&Condition> {
+    conditions.iter().find(|condition| condition.type_ == READY_CONDITION)
+}
+
+#[cfg(test)]
+mod tests {
+    use cnpool_api::validation::FieldError;
+
+    use super::*;
+
+    fn error(field: &str) -> FieldError {
+        FieldError { field: field.into(), problem: "is wrong".into(), fix: "write it right".into() }
+    }
+
+    #[test]
+    fn an_invalid_spec_names_its_first_field_and_counts_the_rest() {
+        let one = Verdict::of(Err(Invalid(vec![error("spec.a")])), "nothing is done");
+        assert_eq!(one.message, format!("{}. Until it is fixed, nothing is done", error("spec.a")));
+        let three = Verdict::of(Err(Invalid(vec![error("spec.a"), error("spec.b"), error("spec.c")])), "x");
+        assert!(three.message.starts_with(&format!("{} (and 2 more)", error("spec.a"))), "{}", three.message);
+        assert!(!three.message.contains("spec.b"));
+    }
+
+    #[test]
+    fn the_condition_changes_only_with_the_verdict_and_keeps_its_transition_time_while_false() {
+        let at = |seconds| jiff::Timestamp::from_second(seconds).unwrap();
+        let mut conditions = Vec::new();
+        let invalid = Verdict::of(Err(Invalid(vec![error("spec.a")])), "x");
+        assert!(invalid.apply(&mut conditions, Some(1), at(10)));
+        assert!(!invalid.apply(&mut conditions, Some(1), at(20)), "the same verdict writes nothing");
+        let other = Verdict::of(Err(Invalid(vec![error("spec.b")])), "x");
+        assert!(other.apply(&mut conditions, Some(2), at(30)));
+        let ready = ready_condition(&conditions).unwrap();
+        assert_eq!(
+            (ready.status.as_str(), ready.reason.as_str(), ready.last_transition_time.0),
+            ("False", INVALID_SPEC, at(10))
+        );
+        assert!(Verdict::of(Ok(()), "x").apply(&mut conditions, Some(3), at(40)));
+        let ready = ready_condition(&conditions).unwrap();
+        assert_eq!(
+            (ready.status.as_str(), ready.reason.as_str(), ready.last_transition_time.0),
+            ("True", VALID_SPEC, at(40))
+        );
+        assert_eq!(conditions.len(), 1);
+    }
+}
