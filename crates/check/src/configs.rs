@@ -1,0 +1,95 @@
+//! The named cluster configurations: what exists at the start and how many
+//! faults and requests the world may inject. The budgets are what keep each
+//! state space finite.
+
+use std::collections::BTreeMap;
+
+use cnpool_api::{ClaimPhase, PodPhase, labels};
+
+use crate::Error;
+use crate::model::Budget;
+use crate::objects::{ClaimObj, PodObj, StoreRec};
+
+/// Every configuration's name.
+pub const NAMES: [&str; 4] = ["two-replicas", "migration", "cutover", "small"];
+
+/// A cluster to explore.
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub name: &'static str,
+    pub replicas: usize,
+    pub pods: Vec<PodObj>,
+    pub claims: Vec<ClaimObj>,
+    /// HAKeeper's stores at the start, by pod name.
+    pub stores: BTreeMap<String, StoreRec>,
+    pub budget: Budget,
+    /// The target a migration names (`spec.podName`); `None` lets the
+    /// operator choose.
+    pub migration_target: Option<String>,
+}
+
+impl Config {
+    pub fn named(name: &str) -> Result<Self, Error> {
+        match name {
+            "two-replicas" => Ok(two_replicas()),
+            "migration" => Ok(migration()),
+            "cutover" => Ok(cutover()),
+            "small" => Ok(small()),
+            _ => Err(Error::UnknownConfig(name.to_owned())),
+        }
+    }
+}
+
+/// Idle pods `p0`… whose CNs are registered and released (Draining, no
+/// labels), and new claims `c0`….
+fn pool_of(name: &'static str, replicas: usize, pods: usize, claims: usize, budget: Budget) -> Config {
+    let pods: Vec<PodObj> = (0..pods).map(|i| PodObj::new(&format!("p{i}"), 1, PodPhase::Idle)).collect();
+    Config {
+        name,
+        replicas,
+        stores: pods.iter().map(|pod| (pod.name.clone(), StoreRec::draining())).collect(),
+        pods,
+        claims: (0..claims).map(|i| ClaimObj::new(&format!("c{i}"), 1)).collect(),
+        budget,
+        migration_target: None,
+    }
+}
+
+/// Two replicas binding two claims to two pods from lagging caches, with a
+/// claim deleted and recreated under its name and a replica crash.
+fn two_replicas() -> Config {
+    pool_of("two-replicas", 2, 2, 2, Budget { crashes: 1, claim_deletions: 1, ..Budget::default() })
+}
+
+/// For CI: two replicas, one claim, two pods; the claim is deleted and
+/// recreated under its name once.
+fn small() -> Config {
+    pool_of("small", 2, 2, 1, Budget { claim_deletions: 1, ..Budget::default() })
+}
+
+/// One replica, two claims, three pods; one claim is asked to migrate to
+/// `p2`, which may be taken, deleted or failed first.
+fn migration() -> Config {
+    let mut config =
+        pool_of("migration", 1, 3, 2, Budget { migrations: 1, pod_deletions: 1, pod_failures: 1, ..Budget::default() });
+    config.migration_target = Some("p2".to_owned());
+    config
+}
+
+/// The Go operator's state at cutover: pod `p0` bound by it to claim `c0`
+/// (`claimed-by`, no `claim-uid`), and both `c0` and `c1` recorded by it as
+/// Bound to `p0` (the incident's state); `p1` is Idle.
+fn cutover() -> Config {
+    let mut config = pool_of("cutover", 2, 2, 2, Budget { crashes: 1, ..Budget::default() });
+    let bound = &mut config.pods[0];
+    bound.labels.insert(labels::PHASE.to_owned(), PodPhase::Bound.as_str().to_owned());
+    bound.labels.insert(labels::CLAIMED_BY.to_owned(), "c0".to_owned());
+    for claim in &mut config.claims {
+        claim.pod_name = Some("p0".to_owned());
+        claim.phase = Some(ClaimPhase::Bound);
+        claim.status_pod = Some(("p0".to_owned(), None));
+    }
+    let serving = StoreRec { state: cnpool_registry::WorkState::Working.code(), labels: config.claims[0].cn_labels() };
+    config.stores.insert("p0".to_owned(), serving);
+    config
+}

@@ -1,0 +1,140 @@
+//! One exhaustive check and its report: what was explored, at what cost,
+//! and each violated property with the shortest path to it as a trace.
+
+use std::time::Instant;
+
+use serde::Serialize;
+use stateright::{Checker, HasDiscoveries, Model};
+
+use crate::configs::Config;
+use crate::model::{CheckModel, State, actor, exclusive, representative};
+use crate::{Error, Variant};
+
+/// What a check found.
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    pub config: String,
+    pub variant: Option<String>,
+    /// States generated (with repeats) and distinct states.
+    pub states: usize,
+    pub unique_states: usize,
+    pub max_depth: usize,
+    pub seconds: f64,
+    /// The process's peak resident memory (VmHWM), when the OS tells it.
+    pub peak_memory_kib: Option<u64>,
+    pub violations: Vec<Violation>,
+}
+
+/// A property that does not hold, with the path that shows it.
+#[derive(Clone, Debug, Serialize)]
+pub struct Violation {
+    pub property: String,
+    pub detail: String,
+    /// Actions from the initial state to the violating state.
+    pub actions: usize,
+    /// One line per action, as `cnpool sim --trace` writes: time (the
+    /// step), actor, what happened to which object.
+    pub trace: Vec<String>,
+}
+
+/// Explores every state of `config` reachable under `variant` (or the
+/// correct protocol) with `threads` breadth-first workers. A variant's check
+/// stops at its first violation.
+pub fn check(config: Config, variant: Option<Variant>, threads: usize) -> Result<Report, Error> {
+    let name = config.name.to_owned();
+    let started = Instant::now();
+    let mut builder = CheckModel::new(config, variant).checker().threads(threads.max(1)).symmetry_fn(representative);
+    if variant.is_some() {
+        builder = builder.finish_when(HasDiscoveries::AnyFailures);
+    }
+    let checker = builder.spawn_bfs().join();
+    let seconds = started.elapsed().as_secs_f64();
+    let model = checker.model();
+    let mut violations = Vec::new();
+    for property in model.properties() {
+        if let Some(path) = checker.discovery(property.name) {
+            violations.push(explain(model, property.name, path.into_vec()));
+        }
+    }
+    Ok(Report {
+        config: name,
+        variant: variant.map(|variant| variant.name().to_owned()),
+        states: checker.state_count(),
+        unique_states: checker.unique_state_count(),
+        max_depth: checker.max_depth(),
+        seconds,
+        peak_memory_kib: peak_memory_kib(),
+        violations,
+    })
+}
+
+/// Replays `path` to write its trace and say what is wrong at its end.
+fn explain(model: &CheckModel, property: &str, path: Vec<(State, Option<crate::model::Action>)>) -> Violation {
+    let mut trace = Vec::new();
+    let mut last = None;
+    for (step, (state, action)) in path.iter().enumerate() {
+        match action {
+            Some(action) => {
+                let (_, note) = model.step(state, action);
+                trace.push(format!("{:>10} {} {note}", step + 1, actor(action)));
+            }
+            None => last = Some(state),
+        }
+    }
+    let actions = trace.len();
+    let detail = match last {
+        None => String::new(),
+        Some(state) => {
+            if let Some((_, detail)) = &state.broken {
+                detail.clone()
+            } else if let Some(detail) = exclusive(state) {
+                detail
+            } else {
+                match model.recovers(state) {
+                    Ok(()) => String::new(),
+                    Err((problem, lines)) => {
+                        trace.push(format!("{:>10} FAIR RUN from here (faults off):", actions));
+                        trace.extend(lines.into_iter().map(|line| format!("{:>10} {line}", "")));
+                        problem
+                    }
+                }
+            }
+        }
+    };
+    Violation { property: property.to_owned(), detail, actions, trace }
+}
+
+/// VmHWM from /proc/self/status, in KiB.
+fn peak_memory_kib() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|line| line.starts_with("VmHWM:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+impl Report {
+    /// The report as a person reads it.
+    pub fn render(&self) -> String {
+        let mut text = format!(
+            "config {}{}: {} states explored, {} unique, max depth {}, {:.1} s, peak memory {}\n",
+            self.config,
+            self.variant.as_deref().map(|variant| format!(" (variant {variant})")).unwrap_or_default(),
+            self.states,
+            self.unique_states,
+            self.max_depth,
+            self.seconds,
+            self.peak_memory_kib.map_or("unknown".to_owned(), |kib| format!("{} MiB", kib / 1024)),
+        );
+        text.push_str(&format!("{} violations\n", self.violations.len()));
+        for violation in &self.violations {
+            text.push_str(&format!(
+                "VIOLATION {}: {}\n# shortest path: {} actions\n",
+                violation.property, violation.detail, violation.actions
+            ));
+            for line in &violation.trace {
+                text.push_str(line);
+                text.push('\n');
+            }
+        }
+        text
+    }
+}
