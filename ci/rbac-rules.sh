@@ -98,7 +98,7 @@ probe() {
   step "watch cnpools in all namespaces" \
     as_op get --raw "/apis/core.matrixorigin.io/v1alpha1/cnpools?watch=true&timeoutSeconds=1"
 
-  # Pool controller (pool.rs): the headless Service, pods, finalizer, status.
+  # Pool controller (pool/): the headless Service, pods, finalizer, status.
   step "get the pool's headless Service" sh -c \
     "KUBECONFIG=$sa kubectl -n $ns get service default --ignore-not-found"
   step "create the headless Service, owned by its pool" as_op create -f - <<YAML
@@ -188,7 +188,7 @@ YAML
     patch_as_op "/apis/events.k8s.io/v1/namespaces/$ns/events/test.rbac-probe" $merge \
     '{"series":{"count":2,"lastObservedTime":"2026-01-01T00:00:01.000000Z"}}'
 
-  # Retire (pool.rs): delete a pod.
+  # Retire (pool/mod.rs): delete a pod.
   step "delete a retired pod" as_op delete --raw "$pods/default-0"
 
   # Leader election, in the operator's namespace only.

@@ -44,6 +44,7 @@ pub struct CNClaimSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source_pod: Option<PodRef>,
     /// Which pool pods qualify.
+    #[schemars(schema_with = "crate::schema::label_selector")]
     pub selector: LabelSelector,
     /// Labels published on the CN store in HAKeeper while bound.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -35,11 +35,13 @@ use crate::claim::{CNClaimSpec, CNClaimStatus};
 pub struct CNClaimSetSpec {
     /// How many claims the set keeps.
     #[serde(default)]
+    #[schemars(range(min = 0))]
     pub replicas: i32,
     /// The claims to create.
     pub template: CNClaimTemplate,
     /// Selects the set's claims.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "crate::schema::optional_label_selector")]
     pub selector: Option<LabelSelector>,
 }
 

@@ -99,9 +99,11 @@ pub struct PoolStrategy {
 pub struct ScaleStrategy {
     /// Idle pods kept warm beyond those in use and those pending claims need.
     #[serde(default)]
+    #[schemars(range(min = 0))]
     pub max_idle: i32,
     /// Upper bound on the pool's pods; unset means no bound.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
     pub max_pods: Option<i32>,
 }
 

@@ -60,6 +60,9 @@ pub fn validate_claim_set_spec(spec: &CNClaimSetSpec) -> Result<(), Invalid> {
     }
     let template_labels = spec.template.metadata.as_ref().map(|meta| meta.labels.clone()).unwrap_or_default();
     label_map(&mut errors, "spec.template.metadata.labels", &template_labels);
+    // The set's members carry these: an owner or set key among them would
+    // make a claim pass for another set's member.
+    reserved_keys(&mut errors, "spec.template.metadata.labels", &template_labels);
     claim_spec(&mut errors, "spec.template.spec", &spec.template.spec);
     if let Some(selector) = &spec.selector {
         let before = errors.0.len();
@@ -79,6 +82,13 @@ pub fn validate_pool_spec(spec: &CNPoolSpec) -> Result<(), Invalid> {
     let mut errors = Errors::default();
     label_map(&mut errors, "spec.podLabels", &spec.pod_labels);
     reserved_keys(&mut errors, "spec.podLabels", &spec.pod_labels);
+    // Pool pods are made from the template: an owner or phase key there
+    // would give a new pod an owner no acquire wrote.
+    let template_labels = spec.template.metadata.as_ref().and_then(|meta| meta.labels.as_ref());
+    if let Some(template_labels) = template_labels {
+        label_map(&mut errors, "spec.template.metadata.labels", template_labels);
+        reserved_keys(&mut errors, "spec.template.metadata.labels", template_labels);
+    }
     let scale = &spec.strategy.scale_strategy;
     let scale_path = "spec.strategy.scaleStrategy";
     if scale.max_idle < 0 {

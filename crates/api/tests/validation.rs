@@ -286,3 +286,32 @@ fn every_error_of_an_object_is_reported_at_once() {
         ["spec.podLabels[bad key]", "spec.strategy.scaleStrategy.maxIdle", "spec.strategy.scaleStrategy.maxPods"]
     );
 }
+
+#[test]
+fn owner_keys_are_refused_in_claim_set_and_pool_templates() {
+    let metadata = EmbeddedMetadata {
+        labels: BTreeMap::from([("pool.matrixorigin.io/claim-uid".into(), "uid-of-another".into())]),
+        ..Default::default()
+    };
+    let set = CNClaimSetSpec {
+        replicas: 1,
+        template: CNClaimTemplate { metadata: Some(metadata), spec: claim() },
+        selector: None,
+    };
+    let error = only_error(validate_claim_set_spec(&set));
+    assert_eq!(error.field, "spec.template.metadata.labels[pool.matrixorigin.io/claim-uid]");
+    assert!(error.fix.contains("pool.matrixorigin.io/"), "{error}");
+
+    let mut spec = pool();
+    spec.template.metadata = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+        labels: Some(BTreeMap::from([
+            ("pool.matrixorigin.io/phase".into(), "Bound".into()),
+            ("app".into(), "cn".into()),
+        ])),
+        ..Default::default()
+    });
+    assert_eq!(
+        only_error(validate_pool_spec(&spec)).field,
+        "spec.template.metadata.labels[pool.matrixorigin.io/phase]"
+    );
+}

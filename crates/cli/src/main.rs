@@ -5,11 +5,16 @@ use std::io::Write;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 
+// `dev`, `bench` and `sim` are the lab (feature `lab`, on by default); the
+// operator image is built without them (Dockerfile).
+#[cfg(feature = "lab")]
 mod bench;
+#[cfg(feature = "lab")]
 mod dev;
 mod operator;
 mod probes;
 mod shadow;
+#[cfg(feature = "lab")]
 mod sim;
 
 #[derive(Parser)]
@@ -36,14 +41,17 @@ enum Command {
     Crd,
     /// Serve an in-memory Kubernetes API (with cnpool's CRDs installed) on
     /// loopback and write a kubeconfig for it; runs until interrupted.
+    #[cfg(feature = "lab")]
     Dev(dev::DevArgs),
     /// Run the operator against a cluster and a MatrixOne cluster's HAKeeper,
     /// until SIGTERM or Ctrl-C.
     Operator(Box<operator::OperatorArgs>),
     /// Benchmarks; each prints a table (and JSON with --json).
+    #[cfg(feature = "lab")]
     Bench(bench::BenchArgs),
     /// Simulate a scenario deterministically for many seeds and check the
     /// invariants; exits non-zero when one is broken.
+    #[cfg(feature = "lab")]
     Sim(sim::SimArgs),
 }
 
@@ -52,7 +60,11 @@ async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     // A benchmark prints tables: the operator it runs in-process logs only
     // what went wrong, unless RUST_LOG asks for more.
-    let default_level = if matches!(cli.command, Command::Bench(_)) { "warn" } else { "info" };
+    let default_level = match cli.command {
+        #[cfg(feature = "lab")]
+        Command::Bench(_) => "warn",
+        _ => "info",
+    };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
     // Colours only for a person at a terminal, never into a log file.
@@ -67,9 +79,12 @@ async fn main() -> anyhow::Result<()> {
             let yaml = cnpool_api::crd::crds_yaml().context("rendering the CRDs as YAML")?;
             std::io::stdout().lock().write_all(yaml.as_bytes()).context("writing the CRDs to stdout")?;
         }
+        #[cfg(feature = "lab")]
         Command::Dev(args) => dev::run(args).await?,
         Command::Operator(args) => operator::run(*args).await?,
+        #[cfg(feature = "lab")]
         Command::Bench(args) => bench::run(args).await?,
+        #[cfg(feature = "lab")]
         Command::Sim(args) => {
             // Each seed builds a runtime of its own, on a thread of its own.
             let passed = tokio::task::spawn_blocking(move || sim::run(args)).await??;

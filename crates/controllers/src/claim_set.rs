@@ -25,10 +25,9 @@ use kube::api::{Api, DeleteParams, PostParams, Preconditions};
 use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 
-use crate::cache::{Key, key_of};
-use crate::context::{Context, Kind};
+use crate::context::Context;
 use crate::error::{Error, is_already_exists, is_not_found, is_stale};
-use crate::pool::read_pod;
+use crate::key::{Key, Kind, key_of};
 
 /// The selector, as text, of a set's members and of the pods they hold:
 /// acquire puts the claim's `claimset` label on its pod and release takes
@@ -76,12 +75,12 @@ pub async fn reconcile<R: StoreRegistry + 'static>(
         // polled each one from 200 ms up). The requeue is a safety net.
         return Ok(Action::requeue(ctx.config.requeue_max));
     }
-    ctx.settled(Kind::ClaimSet, &key);
+    ctx.backoff.settled(Kind::ClaimSet, &key);
     Ok(Action::requeue(ctx.config.resync))
 }
 
 pub fn error_policy<R>(set: Arc<CNClaimSet>, error: &Error, ctx: Arc<Context<R>>) -> Action {
-    let delay = ctx.backoff(Kind::ClaimSet, &key_of(set.as_ref()));
+    let delay = ctx.backoff.failure(Kind::ClaimSet, &key_of(set.as_ref()));
     tracing::warn!(claim_set = %set.name_any(), error = %error, kind = error.metric_label(), ?delay, "claim set reconcile failed");
     Action::requeue(delay)
 }
@@ -94,7 +93,7 @@ fn read_member<R>(ctx: &Context<R>, claim: &CNClaim) -> Result<MemberView, Error
     let pod = Some(&claim.spec.pod_name)
         .filter(|name| !name.is_empty())
         .and_then(|name| ctx.pods.get(&(namespace, name.clone())))
-        .map(|pod| read_pod(ctx, &pod))
+        .map(|pod| ctx.observer().read_pod(&pod))
         .transpose()?
         .filter(|pod| pod.claim_uid.is_some() && pod.claim_uid == uid);
     Ok(member_view(claim, pod.as_ref())?)

@@ -10,29 +10,46 @@
 //!   orphan sweep and the stats annotations — the only writer of the
 //!   registry;
 //! - [`ownership`]: the one function that writes a pod's phase and owner;
+//! - `observe`: how a pod reads to every controller (cordon, store
+//!   missing, template revision) — no controller imports another;
 //! - `nodes`: which nodes are cordoned, from a watch of Nodes (node
 //!   maintenance: their pods read as cordoned);
+//! - `registry_poll`: HAKeeper's store list, read into `stores`;
+//! - `context`: what every reconcile shares, with this process's memory in
+//!   small structs of their own (`backoff`, `lately`, `migrations`,
+//!   `expected`, `stores`, `own_writes`);
 //! - `sabotage` (feature `sabotage`, simulator tests only): broken variants
 //!   of the protocol, to show that the simulator catches them.
 //!
 //! [`run`] wires them on kube-rs's controller runtime: one watch per kind
 //! feeds the runtime's stores and this crate's indexes ([`cache`]), and a
-//! change wakes only the objects whose decision it can alter.
+//! change wakes (`wake`, through the throttled `wakers`) only the objects
+//! whose decision it can alter.
 
+mod backoff;
 pub mod cache;
 pub mod claim;
 pub mod claim_set;
+mod clock;
 mod context;
 mod error;
+mod expected;
+mod key;
+mod lately;
 pub mod metrics;
+mod migrations;
 mod nodes;
+mod observe;
 mod own_writes;
 pub mod ownership;
 pub mod pool;
+mod registry_poll;
 #[cfg(feature = "sabotage")]
 pub mod sabotage;
 pub mod store;
+mod stores;
 mod wake;
+mod wakers;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -50,10 +67,11 @@ use kube::runtime::reflector::Store;
 use kube::runtime::reflector::store::Writer;
 use kube::runtime::watcher;
 
-pub use context::{Clock, Context};
+pub use clock::Clock;
+pub use context::Context;
 pub use error::Error;
 pub use metrics::Metrics;
-pub use wake::Triggers;
+pub use wakers::Triggers;
 
 /// What the process running the controllers can observe of them: their
 /// metrics, and whether their caches have been listed once (readiness).
@@ -335,10 +353,13 @@ where
             listed(),
             shutdown.clone(),
         ),
-        store::poll_registry(ctx.clone(), shutdown.clone()),
+        registry_poll::poll_registry(ctx.clone(), shutdown.clone()),
     );
     let stats = store::poll_stats(ctx.clone(), shutdown.clone());
-    let informers = futures::future::join3(informers, stats, nodes::watch(ctx.clone(), shutdown)).map(drop).boxed();
+    let node_ctx = ctx.clone();
+    let cordons =
+        nodes::watch(ctx.client.clone(), ctx.nodes.clone(), move |node| wake::node_changed(&node_ctx, node), shutdown);
+    let informers = futures::future::join3(informers, stats, cordons).map(drop).boxed();
     let triggers = ctx.wake.take_receivers();
     Wiring { ctx, informers, pods, claims, pools, claim_sets, triggers }
 }

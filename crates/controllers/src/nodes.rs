@@ -20,9 +20,6 @@ use k8s_openapi::api::core::v1::Node;
 use kube::api::Api;
 use kube::runtime::watcher;
 
-use crate::context::Context;
-use crate::wake;
-
 /// Names of the nodes marked unschedulable.
 #[derive(Default)]
 pub struct CordonedNodes(RwLock<BTreeSet<String>>);
@@ -35,7 +32,7 @@ impl CordonedNodes {
     }
 
     /// Notes whether `node` is cordoned; whether that changed.
-    fn set(&self, node: &str, cordoned: bool) -> bool {
+    pub(crate) fn set(&self, node: &str, cordoned: bool) -> bool {
         let mut names = self.0.write().unwrap_or_else(PoisonError::into_inner);
         if cordoned { names.insert(node.to_owned()) } else { names.remove(node) }
     }
@@ -67,14 +64,20 @@ fn is_forbidden(error: &watcher::Error) -> bool {
 const RETRY_MIN: Duration = Duration::from_secs(1);
 const RETRY_MAX: Duration = Duration::from_secs(300);
 
-/// Watches Nodes until `shutdown`, keeping `ctx.nodes` and waking the
-/// claims and pools of the pods on a node whose cordon changed. A failed
+/// Watches Nodes until `shutdown`, keeping `nodes`, and tells `cordon_changed`
+/// of every node whose cordon changed (its pods' claims and pools are woken
+/// there: this module knows nothing of them). A failed
 /// watch is tried again after a delay that doubles up to five minutes
 /// (kube's own backoff starts over at every relist attempt, which would
 /// ask a server that refuses every second), and starts over once Nodes are
 /// read again.
-pub async fn watch<R>(ctx: Arc<Context<R>>, shutdown: Shared<BoxFuture<'static, ()>>) {
-    let api: Api<Node> = Api::all(ctx.client.clone());
+pub async fn watch(
+    client: kube::Client,
+    nodes: Arc<CordonedNodes>,
+    cordon_changed: impl Fn(&str),
+    shutdown: Shared<BoxFuture<'static, ()>>,
+) {
+    let api: Api<Node> = Api::all(client);
     let mut events = watcher(api, watcher::Config::default()).boxed();
     let mut relisted: Option<BTreeSet<String>> = None;
     let mut failing = false;
@@ -129,35 +132,25 @@ pub async fn watch<R>(ctx: Arc<Context<R>>, shutdown: Shared<BoxFuture<'static, 
             }
             watcher::Event::InitDone => {
                 let Some(listed) = relisted.take() else { continue };
-                for node in ctx.nodes.replace(listed) {
-                    cordon_changed(&ctx, &node);
+                for node in nodes.replace(listed) {
+                    cordon_changed(&node);
                 }
             }
             watcher::Event::Apply(node) => {
                 if let Some(name) = node.metadata.name.as_deref()
-                    && ctx.nodes.set(name, is_cordoned(&node))
+                    && nodes.set(name, is_cordoned(&node))
                 {
-                    cordon_changed(&ctx, name);
+                    cordon_changed(name);
                 }
             }
             watcher::Event::Delete(node) => {
                 if let Some(name) = node.metadata.name.as_deref()
-                    && ctx.nodes.set(name, false)
+                    && nodes.set(name, false)
                 {
-                    cordon_changed(&ctx, name);
+                    cordon_changed(name);
                 }
             }
         }
-    }
-}
-
-fn cordon_changed<R>(ctx: &Context<R>, node: &str) {
-    let cordoned = ctx.nodes.contains(node);
-    let pods = wake::node_changed(ctx, node);
-    if cordoned {
-        tracing::info!(node, pods, "node cordoned: its claims migrate off it, its Idle pods are retired");
-    } else {
-        tracing::info!(node, pods, "node schedulable again");
     }
 }
 

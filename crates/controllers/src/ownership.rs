@@ -1,14 +1,16 @@
-//! The one place that writes a pod's `phase` and owner labels.
+//! The one place that writes a pod's `phase` and owner labels: the guarded
+//! write of the binding protocol, whose transitions, their preconditions and
+//! why two claims can never own one pod are stated in [`cnpool_core::claim`].
 //!
-//! Every transition of DESIGN §2 is one JSON patch whose leading `test`
-//! operations pin exactly what the decision read: the `phase` label, the
-//! `claim-uid` label and the `claimed-by` label, each tested against its
-//! value on the pod read, or against null when the pod read lacked it (a
-//! `test` of null on an absent path succeeds on the real API server). If any
-//! of them changed since, the server refuses the whole patch (422), and the
-//! caller reads again and decides again: it never retries the same write.
-//! Unrelated writes to the pod (stats annotations, status) do not disturb
-//! the guard.
+//! Each transition is one JSON patch whose leading `test` operations pin
+//! exactly what the decision read: the `phase`, `claim-uid` and `claimed-by`
+//! labels, each tested against its value on the pod read, or against null
+//! when the pod read lacked it (a `test` of null on an absent path succeeds
+//! on the real API server). A pod read that does not meet the transition's
+//! precondition sends nothing. If any pinned label changed since, the
+//! server refuses the whole patch (422): the caller reads again and decides
+//! again, and never retries the same write. Unrelated writes to the pod
+//! (stats annotations, status) do not disturb the guard.
 
 use std::collections::BTreeMap;
 
@@ -119,8 +121,10 @@ fn pointer(map: &str, key: &str) -> String {
 /// (crates/check) applies the very patch the controllers send.
 pub fn operations(pod: &Pod, transition: Transition<'_>, now: jiff::Timestamp) -> Option<Vec<Value>> {
     let phase = label(pod, labels::PHASE).and_then(PodPhase::parse);
-    let claim_uid = label(pod, labels::CLAIM_UID);
-    let claimed_by = label(pod, labels::CLAIMED_BY);
+    // An empty owner label owns nothing, as the cache's view reads it; the
+    // `test`s below still pin the exact text read.
+    let claim_uid = label(pod, labels::CLAIM_UID).filter(|uid| !uid.is_empty());
+    let claimed_by = label(pod, labels::CLAIMED_BY).filter(|name| !name.is_empty());
     let owned = claim_uid.is_some() || claimed_by.is_some();
     let precondition = match transition {
         Transition::Acquire(_) => phase == Some(PodPhase::Idle) && !owned,
@@ -160,7 +164,7 @@ pub fn operations(pod: &Pod, transition: Transition<'_>, now: jiff::Timestamp) -
             for key in recorded.iter().filter(|key| !claim.additional_pod_labels.contains_key(*key)) {
                 edit.remove_label(key);
             }
-            for (key, value) in &claim.additional_pod_labels {
+            for (key, value) in spec_labels(claim) {
                 edit.set_label(key, value);
             }
             edit.set_annotation(labels::BINDING, &Binding::of_claim(claim).render());
@@ -168,7 +172,7 @@ pub fn operations(pod: &Pod, transition: Transition<'_>, now: jiff::Timestamp) -
         Transition::AdoptLegacy(claim) => {
             edit.set_label(labels::CLAIM_UID, &claim.uid);
             edit.set_or_remove_label(labels::OWNER, claim.owner_name.as_deref());
-            for (key, value) in &claim.additional_pod_labels {
+            for (key, value) in spec_labels(claim) {
                 edit.set_label(key, value);
             }
             edit.set_annotation(labels::BINDING, &Binding::of_claim(claim).render());
@@ -203,12 +207,26 @@ pub fn operations(pod: &Pod, transition: Transition<'_>, now: jiff::Timestamp) -
     Some(ops)
 }
 
+/// The claim's additional pod labels this write may apply: never an owner
+/// or phase key, whatever reached the guard (the controllers refuse an
+/// invalid spec before, but safety must not rest on that).
+fn spec_labels<'a>(claim: &'a ClaimView) -> Box<dyn Iterator<Item = (&'a String, &'a String)> + 'a> {
+    #[cfg(feature = "sabotage")]
+    if crate::sabotage::active(crate::sabotage::Variant::OwnerLabelsFromSpec) {
+        // Every key of the spec lands, after the owner keys it overwrites.
+        return Box::new(claim.additional_pod_labels.iter());
+    }
+    Box::new(claim.applicable_pod_labels())
+}
+
 /// The additional label keys the pod's binding says acquire applied. An
-/// unreadable binding records none: only owner labels are then removed.
+/// unreadable binding records none: only owner labels are then removed. A
+/// reserved key there (a hand-edited annotation) is not the spec's to
+/// remove.
 fn recorded_keys(pod: &Pod) -> Vec<String> {
     annotation(pod, labels::BINDING)
         .and_then(|text| Binding::parse(text).ok())
-        .map(|binding| binding.additional_label_keys.into_iter().collect())
+        .map(|binding| binding.additional_label_keys.into_iter().filter(|key| !labels::is_reserved(key)).collect())
         .unwrap_or_default()
 }
 
@@ -295,6 +313,7 @@ mod tests {
             additional_pod_labels: [("team".to_string(), "a".to_string())].into_iter().collect(),
             claim_set: None,
             drain_reported: None,
+            invalid: None,
         }
     }
 
@@ -326,6 +345,58 @@ mod tests {
         assert!(operations(&owned, Transition::Acquire(&claim), jiff::Timestamp::UNIX_EPOCH).is_none());
         let release = Transition::Release { claim_uid: "u1", then: AfterRelease::Drain };
         assert!(operations(&owned, release, jiff::Timestamp::UNIX_EPOCH).is_none());
+    }
+
+    #[test]
+    fn no_spec_label_reaches_an_owner_or_phase_key() {
+        let mut claim = claim();
+        claim.additional_pod_labels.extend([
+            (labels::CLAIM_UID.to_string(), "uid-of-another".to_string()),
+            (labels::PHASE.to_string(), "Idle".to_string()),
+            (labels::OWNER.to_string(), "someone-else".to_string()),
+        ]);
+        let idle = pod(&[(labels::PHASE, "Idle")]);
+        let ops = operations(&idle, Transition::Acquire(&claim), jiff::Timestamp::UNIX_EPOCH).expect("idle pod");
+        let written = |key: &str| -> Vec<&Value> {
+            let path = pointer("labels", key);
+            ops.iter().filter(|op| op["op"] == "add" && op["path"] == path.as_str()).map(|op| &op["value"]).collect()
+        };
+        assert_eq!(written(labels::CLAIM_UID), vec!["u1"], "{ops:#?}");
+        assert_eq!(written(labels::PHASE), vec!["Bound"]);
+        assert!(written(labels::OWNER).is_empty());
+        assert_eq!(written("team"), vec!["a"], "the claim's other labels still land");
+        let binding = ops.iter().find(|op| op["path"] == pointer("annotations", labels::BINDING).as_str());
+        assert!(binding.is_some_and(|op| op["value"].as_str().is_some_and(|text| !text.contains("claim-uid"))));
+
+        let legacy = pod(&[(labels::PHASE, "Bound"), (labels::CLAIMED_BY, "c")]);
+        let ops = operations(&legacy, Transition::AdoptLegacy(&claim), jiff::Timestamp::UNIX_EPOCH).expect("Go pod");
+        assert!(!ops.iter().any(|op| op["op"] == "add" && op["value"] == "uid-of-another"), "{ops:#?}");
+    }
+
+    #[test]
+    fn an_empty_owner_label_owns_nothing_and_is_pinned_as_read() {
+        let claim = claim();
+        let idle = pod(&[(labels::PHASE, "Idle"), (labels::CLAIM_UID, ""), (labels::CLAIMED_BY, "")]);
+        let ops = operations(&idle, Transition::Acquire(&claim), jiff::Timestamp::UNIX_EPOCH)
+            .expect("the cache reads this pod as unowned, and so does the guard");
+        assert_eq!(
+            ops[1],
+            json!({"op": "test", "path": "/metadata/labels/pool.matrixorigin.io~1claim-uid", "value": ""})
+        );
+        let release = Transition::Release { claim_uid: "", then: AfterRelease::Drain };
+        assert!(operations(&idle, release, jiff::Timestamp::UNIX_EPOCH).is_none(), "no owner to release for");
+    }
+
+    #[test]
+    fn release_never_removes_a_reserved_key_a_binding_lists() {
+        let mut bound = pod(&[(labels::PHASE, "Bound"), (labels::CLAIM_UID, "u1"), (labels::POOL_NAME, "p")]);
+        let listed = format!(r#"{{"additionalLabelKeys":["{}"]}}"#, labels::POOL_NAME);
+        bound.metadata.annotations = Some([(labels::BINDING.to_string(), listed)].into());
+        let release = Transition::Release { claim_uid: "u1", then: AfterRelease::Drain };
+        let ops = operations(&bound, release, jiff::Timestamp::UNIX_EPOCH).expect("the owner may release");
+        assert!(
+            !ops.iter().any(|op| op["op"] == "remove" && op["path"] == pointer("labels", labels::POOL_NAME).as_str())
+        );
     }
 
     #[test]

@@ -31,36 +31,11 @@ use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
-use crate::cache::{Key, key_of};
-use crate::context::{Context, Kind};
+use crate::context::Context;
 use crate::error::{Error, is_not_found, is_stale};
+use crate::key::{Key, Kind, key_of};
 use crate::ownership::{self, Outcome, Transition};
-use crate::pool::read_pod;
 use crate::wake;
-
-/// Reads HAKeeper's store list every `registry_poll` until `shutdown`, and
-/// wakes the pods (and their claims) whose store changed.
-pub async fn poll_registry<R: StoreRegistry>(ctx: Arc<Context<R>>, shutdown: Shared<BoxFuture<'static, ()>>) {
-    let mut shutdown = std::pin::pin!(shutdown);
-    loop {
-        if let Err(error) = refresh_stores(&ctx).await {
-            tracing::warn!(%error, kind = error.metric_label(), "cannot list CN stores");
-        }
-        tokio::select! {
-            () = &mut shutdown => return,
-            () = tokio::time::sleep(ctx.config.registry_poll) => {}
-        }
-    }
-}
-
-/// Lists HAKeeper's stores now, and wakes the pods (and their claims) whose
-/// store changed since the last listing.
-pub async fn refresh_stores<R: StoreRegistry>(ctx: &Context<R>) -> Result<(), RegistryError> {
-    for uuid in ctx.replace_stores(ctx.registry.list_stores().await?) {
-        wake::store_changed(ctx, &uuid, None);
-    }
-    Ok(())
-}
 
 /// Refreshes the stats annotations of the Bound pods every
 /// `stats_interval` until `shutdown`. One pass reads each serving store's
@@ -97,7 +72,7 @@ async fn refresh_stats<R: StoreRegistry>(ctx: &Context<R>) -> Option<(usize, Err
         .filter(|pod| std::future::ready(pod.metadata.deletion_timestamp.is_none()))
         .map(|pod| async move {
             let Some(uuid) = pod.labels().get(labels::CN_UUID) else { return Ok(()) };
-            let Some(store) = ctx.store(uuid).1 else { return Ok(()) };
+            let Some(store) = ctx.stores.get(uuid).1 else { return Ok(()) };
             let workload = ctx.registry.workload(&store).await.map_err(Error::Registry)?;
             write_stats(ctx, &pod, workload).await
         })
@@ -112,7 +87,7 @@ async fn refresh_stats<R: StoreRegistry>(ctx: &Context<R>) -> Option<(usize, Err
 pub async fn reconcile<R: StoreRegistry + 'static>(pod: Arc<Pod>, ctx: Arc<Context<R>>) -> Result<Action, Error> {
     let key = key_of(pod.as_ref());
     ctx.wake.reconciling(Kind::Pod, &key.0, &key.1, ctx.pods.holds_version(&pod));
-    let view = read_pod(&ctx, &pod)?;
+    let view = ctx.observer().read_pod(&pod)?;
     let Some(uuid) = view.store_uuid.clone() else {
         return Ok(Action::await_change());
     };
@@ -128,7 +103,7 @@ pub async fn reconcile<R: StoreRegistry + 'static>(pod: Arc<Pod>, ctx: Arc<Conte
         return sweep_orphan(&ctx, &pod, &view, claim_uid).await;
     }
     let pool = pool_of(&ctx, &view);
-    let (listed, store) = ctx.store(&uuid);
+    let (listed, store) = ctx.stores.get(&uuid);
     if !listed {
         return Ok(Action::requeue(ctx.config.registry_poll));
     }
@@ -145,7 +120,7 @@ pub async fn reconcile<R: StoreRegistry + 'static>(pod: Arc<Pod>, ctx: Arc<Conte
             // The listing predates the store's removal; plan again without it.
             Err(Error::Registry(RegistryError::StoreNotFound { .. })) => {
                 tracing::debug!(pod = %view.name, store = %uuid, "store left HAKeeper since it was listed");
-                ctx.forget_store(&uuid);
+                ctx.stores.forget(&uuid);
                 return Ok(Action::requeue(ctx.config.requeue_min));
             }
             written => written?,
@@ -162,10 +137,12 @@ pub async fn reconcile<R: StoreRegistry + 'static>(pod: Arc<Pod>, ctx: Arc<Conte
                     let note = format!("draining pod goes Terminating: {}", reason.as_str());
                     ctx.event(&pod.object_ref(&()), false, reason.as_str(), "Terminate", note).await;
                 }
-                ctx.settled(Kind::Pod, &key);
+                ctx.backoff.settled(Kind::Pod, &key);
                 return Ok(after_own_write(&ctx));
             }
-            Outcome::Stale | Outcome::NotApplicable => return Ok(Action::requeue(ctx.refused(Kind::Pod, &key))),
+            Outcome::Stale | Outcome::NotApplicable => {
+                return Ok(Action::requeue(ctx.backoff.refused(Kind::Pod, &key)));
+            }
         }
     }
     let next = match view.phase {
@@ -179,14 +156,14 @@ pub async fn reconcile<R: StoreRegistry + 'static>(pod: Arc<Pod>, ctx: Arc<Conte
         // outlive this process: a claim's patience is counted from it after a
         // restart. Waiting out `next` (30 s for a bound pod) let a crash
         // restart the count and keep a claim Bound to a lost store past I2.
-        return Ok(Action::requeue(next.min(ctx.refused(Kind::Pod, &key))));
+        return Ok(Action::requeue(next.min(ctx.backoff.refused(Kind::Pod, &key))));
     }
-    ctx.settled(Kind::Pod, &key);
+    ctx.backoff.settled(Kind::Pod, &key);
     Ok(Action::requeue(next))
 }
 
 pub fn error_policy<R>(pod: Arc<Pod>, error: &Error, ctx: Arc<Context<R>>) -> Action {
-    let delay = ctx.backoff(Kind::Pod, &key_of(pod.as_ref()));
+    let delay = ctx.backoff.failure(Kind::Pod, &key_of(pod.as_ref()));
     tracing::warn!(pod = %pod.name_any(), error = %error, kind = error.metric_label(), ?delay, "pod reconcile failed");
     Action::requeue(delay)
 }
@@ -236,16 +213,9 @@ async fn write_store<R: StoreRegistry>(
         labels = store.labels.len(),
         "store written from pod"
     );
-    ctx.wrote_store(store.clone());
+    ctx.stores.wrote(store.clone());
     wake::store_changed(ctx, &store.uuid, Some(pod));
     Ok(())
-}
-
-/// When the pod's `cn-store` condition noted its store missing, if it says so now.
-pub(crate) fn store_missing_noted(pod: &Pod) -> Option<jiff::Timestamp> {
-    let conditions = pod.status.as_ref()?.conditions.as_ref()?;
-    let condition = conditions.iter().find(|condition| condition.type_ == labels::CN_STORE_CONDITION)?;
-    (condition.status == "False").then_some(condition.last_transition_time.as_ref()?.0)
 }
 
 /// The pod's `cn-store` condition: True while its CN is registered.
@@ -368,17 +338,17 @@ async fn finalize<R: StoreRegistry>(ctx: &Context<R>, pod: &Pod, uuid: &str) -> 
             jiff::SignedDuration::try_from(ctx.config.store_removal_timeout).unwrap_or(jiff::SignedDuration::MAX);
         if waited.is_none_or(|waited| waited < timeout) {
             tracing::debug!(pod = %pod.name_any(), store = uuid, %error, "store removal failed; retrying");
-            return Ok(Action::requeue(ctx.backoff(Kind::Pod, &key_of(pod))));
+            return Ok(Action::requeue(ctx.backoff.failure(Kind::Pod, &key_of(pod))));
         }
         let note = format!("CN store {uuid} could not be removed from HAKeeper ({error}); the pod goes anyway");
         ctx.event(&pod.object_ref(&()), true, "StoreRemovalTimedOut", "RemoveStore", note).await;
     }
-    ctx.forget_store(uuid);
+    ctx.stores.forget(uuid);
     let kept: Vec<String> = pod.finalizers().iter().filter(|f| *f != labels::CN_DRAINING_FINALIZER).cloned().collect();
     if !patch_finalizers(ctx, pod, kept).await? {
         // Refused as stale: a change is coming, or the refusal was the
         // server's alone. Either way the pod must not wait on a watch event.
-        return Ok(Action::requeue(ctx.backoff(Kind::Pod, &key_of(pod))));
+        return Ok(Action::requeue(ctx.backoff.failure(Kind::Pod, &key_of(pod))));
     }
     tracing::info!(pod = %pod.name_any(), store = uuid, removed = removed.is_ok(), "store removed; pod released to deletion");
     Ok(Action::await_change())
@@ -405,7 +375,7 @@ async fn sweep_orphan<R>(ctx: &Context<R>, pod: &Pod, view: &PodView, claim_uid:
     };
     if alive {
         // Not cached yet; the claim's own reconcile looks after its pods.
-        return Ok(Action::requeue(ctx.backoff(Kind::Pod, &key_of(pod))));
+        return Ok(Action::requeue(ctx.backoff.failure(Kind::Pod, &key_of(pod))));
     }
     let then = if view.failed { AfterRelease::Retire } else { AfterRelease::Drain };
     if let Outcome::Applied(_) =

@@ -26,3 +26,8 @@ async fn a_deleted_claim_releases_its_pod_which_drains_back_to_idle_with_a_clean
 async fn a_settled_cluster_costs_no_writes() {
     binding::a_settled_cluster_costs_no_writes(&Cluster::new().await).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_whose_labels_name_another_claims_uid_takes_nothing() {
+    binding::a_claim_whose_labels_name_another_claims_uid_takes_nothing(&Cluster::new().await).await;
+}

@@ -340,3 +340,66 @@ async fn one_migration_with_a_60s_drain_costs_at_most_20_reconciles_10_writes_an
     assert!(writes <= 10, "{writes} writes");
     assert!(lines.len() <= 10, "{} log lines", lines.len());
 }
+
+/// A target lost before the source is released sends the claim back to its
+/// source, which still serves the tenant: no Lost, no rebinding, the source
+/// never changes owner.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_whose_target_is_lost_mid_migration_falls_back_to_its_source() {
+    let cluster = Cluster::new().await;
+    let commits = Commits::record(&cluster).await;
+    // A long propagation delay holds the migration between its target's
+    // record and its source's release, where the target is lost.
+    let config = cnpool_controllers::Config {
+        migration_propagation_delay: Duration::from_secs(600),
+        ..support::operator_config(cluster.namespace(), 0)
+    };
+    cluster.start_operator_observed(config, cnpool_controllers::Telemetry::default()).await;
+    cluster.create_pool(2, Some(6)).await;
+    cluster.create_claim("tenant", &[("account", "acme")], &[]).await;
+    let (source, source_uid) = bound_pod(&cluster, "tenant").await;
+    let target = eventually("an Idle pod to move to", Duration::from_secs(30), || async {
+        let pods = cluster.pool_pods().await;
+        let idle = pods
+            .iter()
+            .find(|pod| label(pod, labels::PHASE) == Some("Idle") && pod.metadata.name != Some(source.clone()));
+        idle.and_then(|pod| pod.metadata.name.clone()).ok_or_else(|| "none yet".to_string())
+    })
+    .await;
+    migrate(&cluster, "tenant", &source, &target).await;
+    eventually("the target recorded and serving the claim", Duration::from_secs(30), || async {
+        let claim: CNClaim = cluster.claims().get("tenant").await.map_err(|e| e.to_string())?;
+        let shown =
+            claim.status.as_ref().and_then(|status| status.store.as_ref()).and_then(|store| store.pod_uid.clone());
+        let target_uid = cluster.pods().get(&target).await.map_err(|e| e.to_string())?.metadata.uid;
+        if claim.spec.source_pod.is_some() && shown == target_uid {
+            Ok(())
+        } else {
+            Err(format!("status shows {shown:?}"))
+        }
+    })
+    .await;
+
+    cluster.pods().delete(&target, &Default::default()).await.unwrap();
+    let (claim, message) = eventually("the claim back on its source", Duration::from_secs(30), || async {
+        let claim: CNClaim = cluster.claims().get("tenant").await.map_err(|e| e.to_string())?;
+        match condition(&claim, "Migration") {
+            Some((status, reason, message)) if status == "False" && reason == "TargetLost" => Ok((claim, message)),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    assert!(claim.spec.source_pod.is_none(), "the fallback clears sourcePod");
+    assert_eq!(claim.spec.pod_name, source, "the claim points at its source again");
+    assert!(message.contains(&target) && message.contains(&source), "the condition names both pods: {message}");
+    eventually("the status describes the source again", Duration::from_secs(30), || async {
+        let (pod, uid) = bound_pod(&cluster, "tenant").await;
+        if (pod.as_str(), uid.as_str()) == (source.as_str(), source_uid.as_str()) { Ok(()) } else { Err(pod) }
+    })
+    .await;
+    let claim = cluster.claims().get("tenant").await.unwrap();
+    let owner = claim.metadata.uid.clone();
+    // Idle, then the claim's from its acquire on: never released.
+    assert_eq!(owners_in_order(&commits, &source), vec![None, owner], "the source never left the claim");
+    assert!(support::loss_reasons(&commits, "tenant").is_empty(), "the claim was never Lost");
+}

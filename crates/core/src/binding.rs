@@ -53,7 +53,7 @@ impl Binding {
     pub fn of_claim(claim: &ClaimView) -> Self {
         Self {
             cn_labels: claim.cn_labels.clone(),
-            additional_label_keys: claim.additional_pod_labels.keys().cloned().collect(),
+            additional_label_keys: claim.applicable_pod_labels().map(|(key, _)| key.clone()).collect(),
         }
     }
 

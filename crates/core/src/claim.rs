@@ -1,11 +1,55 @@
-//! A claim's next step (DESIGN §2, "Claim life": Bind, Sync, Finalize and
-//! the one-time legacy adoption).
+//! The binding protocol: how a claim gets, keeps and gives back a CN pod
+//! (DESIGN §2). This is its one statement; the controllers only carry out
+//! the steps named here, and the docs point here.
+//!
+//! # Authority
+//!
+//! A pod belongs to claim C exactly when its `pool.matrixorigin.io/claim-uid`
+//! label is C's UID. That label is the lock, and the pod the single source of
+//! truth: C's `spec.podName`, its `recorded-pod` annotation and its
+//! `status.store` only point at the pod, trusted while the pod agrees. A
+//! claim deleted and created again under the same name has a new UID, and
+//! so never inherits a pod.
+//!
+//! # Guarded transitions
+//!
+//! Every change of a pod's phase or owner is one write, made by
+//! `ownership::transition` in cnpool-controllers: a JSON patch whose `test`
+//! operations pin the pod's `phase`, `claim-uid` and `claimed-by` labels as
+//! the decision read them. If any of them changed since, the server refuses
+//! the whole write: the decision was stale, and is made again on a fresh
+//! read, never by sending the same write again.
+//!
+//! | transition | the pod read must show | the write |
+//! |---|---|---|
+//! | acquire ([`ClaimStep::Acquire`], [`ClaimStep::AcquirePreBound`]) | phase Idle, no `claim-uid`, no `claimed-by` (the decision checks the rest of [eligibility](crate::candidates)) | phase Bound, `claim-uid`, `claimed-by`, `matrixorigin.io/owner`, `matrixorigin.io/claimset`, the claim's `additionalPodLabels`, and the `pool.matrixorigin.io/binding` annotation ([`crate::binding`]: the claim's CN labels and the additional label keys applied) |
+//! | adopt-legacy ([`ClaimStep::AdoptLegacy`]) | phase Bound, `claimed-by` = the claim's name, no `claim-uid` | `claim-uid`, owner, additional labels, binding annotation |
+//! | rewrite ([`ClaimStep::RewriteBinding`]) | `claim-uid` = the claim's UID | phase Bound, the labels and binding annotation the claim's spec asks for now (keys it no longer asks for removed) |
+//! | release ([`Release`]) | `claim-uid` = the claim's UID | phase Draining, or Terminating ([`AfterRelease::Retire`]); the owner labels, the additional label keys the binding annotation lists and that annotation removed; `matrixorigin.io/last-owner`, `matrixorigin.io/reclaimed-at` |
+//! | register / recycle / terminate ([`crate::store::PodTransition`]) | no owner; phase Unknown / Draining / Draining | phase Idle / Idle / Terminating |
+//! | retire ([`crate::pool`]) | no owner; phase Idle or Unknown | phase Terminating; the pool then deletes the pod with a UID precondition |
+//!
+//! Writes to the claim itself (its finalizer, the pod it records, its phase
+//! and conditions, the migration fields) replace it at the resourceVersion
+//! the decision read, its status through the `/status` subresource: a claim
+//! changed in between is read again too.
+//!
+//! **Why two claims can never own one pod.** Only acquire and the one-time
+//! legacy adoption give a pod an owner, and each requires, on the exact
+//! version it writes over, that the pod has none (for adopt-legacy: none
+//! but this claim's name in `claimed-by`). Every other transition keeps the
+//! owner or removes it, so a pod changes hands only by release, then
+//! acquire. Of two claims racing for one pod, the second write fails its
+//! guard, whatever the cache lag, the number of workers or of operator
+//! replicas: leader election saves work, and safety never rests on it.
+//!
+//! # The claim's next step
 //!
 //! [`next_claim_step`] reads one claim, the pods that carry its UID, the pod
 //! it points at, its pod's CN store and the pool's candidates, and names
-//! the single thing to do next. The controller carries that step out as a
-//! guarded write and calls again with what it reads then; every step is
-//! idempotent, so a repeated call after a failed guard or a crash is safe.
+//! the single thing to do next. The controller carries that step out and
+//! calls again with what it reads or wrote then; every step is idempotent,
+//! so a repeated call after a failed guard or a crash is safe.
 //!
 //! Terms: a pod is **ours** when its `claim-uid` label is the claim's UID.
 //! The claim **holds** the pods that are ours, except the pod it migrates
@@ -51,6 +95,7 @@
 //! | 20u | the same pod, of its pool's current template; phase Outdated | `MarkBound` |
 //! | 20r | phase Outdated; standalone; the pool's rollout allows one more migration | `StartMigration(Outdated)` |
 //! | 20 | holds its recorded pod, whose store serves; phase Bound or Outdated; no `sourcePod` | `InSync` (an Outdated member of a claim set waits for the set's surge) |
+//! | i | its spec fails validation ([`ClaimView::invalid`]), and rows 5–25 name a take, `ReadCandidates`, `ConfirmCurrent`, `AwaitAcquired`, `ReportUnavailable`, `AdoptLegacy`, `RewriteBinding`, `Rebind`, a migration step (`StartMigration`, `ConfirmRefusal`, `RefuseMigration`, `FallBackToSource`, `ReleaseSource`), `MarkBound` or `InSync` | `ReportInvalid`: condition `Bound=False`, reason `InvalidSpec`; every other step (reads, a confirmed loss, `Record`, `WaitForStore`, the end of a migration already under way) goes on, so the claim keeps what it holds |
 //!
 //! A claim with `spec.sourcePod` set migrates (DESIGN §2, "Migrate"): it
 //! keeps its source while it takes a target, named in `spec.podName` or, when
@@ -69,13 +114,7 @@
 //! | 23 | the source was released and drains; its workload differs from `status.migrate` | `ReportDrain` |
 //! | 24 | the same, already reported | `WaitForDrain` |
 //! | 25 | the source is Idle, Terminating, deleting, gone, or another claim's | `CompleteMigration`: clear `status.migrate`, then `sourcePod` |
-//!
-//! A target lost before the source is released makes the claim Lost (rows
-//! 15/16) with the source still recorded in `sourcePod`; the claim then
-//! takes a new target like any Lost claim (row 10 clears `spec.podName`).
-//! So does a source lost while no target is held yet (row 8s): otherwise a
-//! migration waiting for room in its pool would leave its tenant on a dead
-//! pod, shown Bound.
+//! | 8t | its recorded target is lost as in rows 7/8 or 15/16, confirmed live, while the source still carries its UID and is neither deleting nor failed | `FallBackToSource(reason)`: `spec.podName` back to the source, `sourcePod` cleared, condition `Migration=False` reason `TargetLost`, then the target released if still ours (retired if failed or its store is missing): the tenant keeps its CN, and rows 14c/14/19 record the source and show it Bound again |
 //!
 //! Rows 7/8 say why the recorded pod is lost by looking it up by name: none
 //! → [`LossReason::PodDeleted`]; another UID → `PodReplaced`; for a claim the
@@ -84,10 +123,106 @@
 //! `claimed-by` names adopts it (row 6) and the other goes Lost); another
 //! claim's UID → `OwnedByOther`; no owner → `PodReleased`.
 //!
-//! How a standalone claim heals: once Lost it clears `spec.podName` (row 10)
-//! and so binds again from the pool (row 13) like a new claim, under the
-//! same name and UID; its `status` keeps the lost pod until the new one is
-//! recorded. A claim of a claim set stays Lost until the set replaces it.
+//! # Guards against a stale read
+//!
+//! Beside the pod's own guard, these rows keep a decision from acting on
+//! what a cache shows; the controller adds none of its own.
+//!
+//! - **A live read before a take** ([`ClaimStep::ConfirmCurrent`], rows 11
+//!   and 13c). The claim cache may lag another replica's record of a pod:
+//!   taking a pool pod then gives the claim a second one, which it must
+//!   drain before anyone may have it. One GET of the claim, no write.
+//! - **No second pod while the first is not in the cache**
+//!   ([`ClaimStep::AwaitAcquired`], row 13a). For moments after this process
+//!   acquired a pod for the claim, the pod cache may not show it yet; the
+//!   claim waits for the pod's watch event rather than take another.
+//! - **Recording from the cache only a pod just acquired**
+//!   ([`ClaimStep::ConfirmRecord`], rows 5c, 14c and 14a). A lagging cache
+//!   still shows a pod the claim released before it took the one it records,
+//!   or released after a loss, or held before the cache fell behind
+//!   (released, even deleted, since): recording it would point the claim at
+//!   a pod it no longer holds, which it would then lose. Which of several
+//!   pods to keep (row 5) is decided live too: a replica whose claim cache
+//!   lags another's record would release the pod that one keeps.
+//! - **Losses, finalization and refusals only on a live read**
+//!   ([`ClaimStep::ConfirmLost`], [`ClaimStep::ConfirmFinalize`],
+//!   [`ClaimStep::ConfirmRefusal`]): the claim, the pods carrying its UID and
+//!   the pods it points at are read again, bypassing the cache.
+//! - **A fresh HAKeeper listing before a `StoreMissing` loss**
+//!   ([`ClaimStep::RefreshStores`], rows 8 and 16). The operator's list of
+//!   HAKeeper's stores is a cache too: a store another replica registered
+//!   since this process last listed looks missing, and the claim would lose
+//!   a pod just registered (which is then retired), in a loop.
+//!
+//! Pool candidates are read only for a claim about to take one
+//! ([`ClaimStep::ReadCandidates`], row 13r).
+//!
+//! # Self-healing of Lost claims
+//!
+//! A standalone claim heals by itself: once Lost it clears `spec.podName`
+//! (row 10) and so binds again from the pool (row 13) like a new claim,
+//! under the same name and UID. Its phase stays Lost until it is shown Bound
+//! on the new pod, and its `status.store` describes the lost pod until then.
+//! A claim of a claim set stays Lost (row 9): the set replaces it with a new
+//! claim.
+//!
+//! # Migration
+//!
+//! A named target the claim cannot take is refused on a live read, and
+//! nothing changes owner (rows 12m/12m′). The source is released once the
+//! target's store has served for the propagation delay, which this process
+//! counts in memory: after a restart it starts again, later, never earlier.
+//! cnpool starts a migration itself off a cordoned pod (row 20c) and, for a
+//! standalone claim, off a pod of an old template, one claim per pool at a
+//! time ([`ClaimInput::may_roll`], row 20r).
+//!
+//! A target lost before the source is released sends the claim back to its
+//! source (row 8t): the tenant still runs there, so losing the claim would
+//! cut it off for nothing. A source lost while no target is held yet makes
+//! the claim Lost (row 8s), and it takes a new target like any Lost claim
+//! (row 10 clears `spec.podName`): otherwise a migration waiting for room in
+//! its pool would leave its tenant on a dead pod, shown Bound. A claim that
+//! lost both is Lost.
+//!
+//! # Finalization
+//!
+//! A deleting claim lists the pods carrying its UID live (row 2), releases
+//! each and only then drops its finalizer (row 3); pods of other claims are
+//! never touched. Every step that releases,
+//! adopts or marks Lost waits for the finalizer (row 4), so a claim deleted
+//! meanwhile still releases what it holds. A claim that holds nothing yet
+//! acquires first and gets its finalizer in the record write (row 14): a
+//! bind costs three writes (the acquire, the claim's metadata and spec, its
+//! status), not four.
+//!
+//! # Orphans
+//!
+//! A pod acquired for a claim deleted before that record write, or whose
+//! claim was removed without its finalizer, carries the UID of no claim.
+//! The CN-store controller releases it (Event `OrphanReleased`) once a live
+//! read (of the claim its `claimed-by` names, or of every claim in the
+//! namespace) finds no claim with that UID: new claims are often not cached
+//! yet.
+//!
+//! # Invariants kept
+//!
+//! What the rules above give, as DESIGN §3 names it:
+//!
+//! - I1, exclusive: no pod has two owners, no two claims are Bound to one
+//!   pod (the guarded transitions).
+//! - I2, truthful: a Bound claim's pod exists, has the recorded UID and is
+//!   the claim's (rows 7/8 and 15/16, confirmed live). A claim is shown
+//!   Bound only once its pod's store is observed Working with exactly the
+//!   claim's CN labels (rows 18/19); the CN-store controller writes the
+//!   store from the pod's binding annotation.
+//! - I3, no leak: a deleted claim releases its pods (finalization), and an
+//!   orphan is released within 60 s.
+//! - I5, quiet: no write when what is desired equals what is observed
+//!   (`InSync`).
+//!
+//! The simulator checks these and DESIGN §3's other invariants throughout
+//! seeded runs with injected faults, and that deliberately broken variants
+//! of the protocol are caught (docs/simulator.md).
 
 use std::time::Duration;
 
@@ -183,18 +318,18 @@ pub enum ClaimStep<'a> {
     /// The claim is about to take a pool pod: read the Idle pods of the
     /// pools it may use into [`ClaimInput::candidates`] and call again.
     ReadCandidates,
-    /// The claim is about to take a pod, but was read from the cache, which
-    /// may lag behind another replica's record of a pod: this one would take
-    /// a second pod, which the claim must then drain before anyone may have
-    /// it. Read the claim live: call again with
+    /// The claim is about to take a pod but was read from the cache
+    /// ([why that is not enough](crate::claim#guards-against-a-stale-read)).
+    /// Read the claim live: call again with
     /// [`ClaimInput::claim_confirmed`] if its resourceVersion is the one
     /// read; else it changed, and is decided again on its new version.
     ConfirmCurrent,
     /// This process acquired a pod for the claim moments ago
     /// ([`ClaimInput::acquired_lately`]) that the pod cache does not show
-    /// yet: wait for the cache rather than take a second pod. A pod the
-    /// cache does show (a migration's source, bound just before) is no
-    /// reason to wait.
+    /// yet: wait for the cache rather than take a second pod
+    /// ([guards](crate::claim#guards-against-a-stale-read)). A pod the cache
+    /// does show (a migration's source, bound just before) is no reason to
+    /// wait.
     AwaitAcquired,
     /// Acquire the first of these that succeeds, a few per reconcile; none
     /// means the pool has nothing to offer yet (the claim counts as pending).
@@ -215,10 +350,9 @@ pub enum ClaimStep<'a> {
     /// the pointed pod live and call again.
     ConfirmLost(LossReason),
     /// A loss for a missing store is next, but HAKeeper's stores were not
-    /// listed in this reconcile. That listing is a cache too: a store another
-    /// replica registered since this process last listed looks missing, and
-    /// the claim would lose a pod just registered (which is then retired),
-    /// in a loop. List the stores and call again.
+    /// listed in this reconcile, and that listing is a cache too
+    /// ([guards](crate::claim#guards-against-a-stale-read)): list the
+    /// stores and call again.
     RefreshStores,
     /// Confirmed on a live read: set phase Lost with a condition and an
     /// Event saying why, then release these pods.
@@ -270,6 +404,23 @@ pub enum ClaimStep<'a> {
     WaitForDrain,
     /// The source is done with: clear `status.migrate`, then `spec.sourcePod`.
     CompleteMigration,
+    /// The spec fails validation ([`ClaimView::invalid`]): say so in the
+    /// `Bound` condition (reason `InvalidSpec`) and wait for a fix. Nothing
+    /// is done because of the spec meanwhile: no pod is taken, rewritten,
+    /// migrated to or rebound; a pod the claim holds stays its own, with its
+    /// store.
+    ReportInvalid,
+    /// A migrating claim's target is lost (deleted, replaced, another's,
+    /// failed or its store missing; confirmed live) while its source still
+    /// serves it: the claim goes back to the source — `spec.podName` = the
+    /// source, `sourcePod` cleared, the Migration condition says why — and
+    /// the target, if still ours, is released. The tenant keeps its CN.
+    FallBackToSource {
+        /// Why the target is lost.
+        reason: LossReason,
+        /// The target, if it still carries the claim's UID.
+        release: Vec<Release<'a>>,
+    },
     /// Nothing to do.
     InSync,
 }
@@ -406,6 +557,7 @@ pub fn next_claim_step<'a>(input: &ClaimInput<'a, '_>) -> ClaimStep<'a> {
         return finalize(input);
     }
     let step = step_of_live_claim(input);
+    let step = if claim.invalid.is_some() { step_of_invalid_claim(step) } else { step };
     // A claim that holds nothing yet acquires before it has its finalizer,
     // which `Record` then writes with the pointer: one write, not two. A pod
     // acquired for a claim deleted before that write carries the UID of no
@@ -434,6 +586,34 @@ impl ClaimStep<'_> {
                 | Self::AwaitAcquired
                 | Self::RefreshStores
         )
+    }
+}
+
+/// What an invalid claim may still do: read, confirm and record a loss,
+/// record what it holds, wait for its store, finish a migration whose
+/// source is already released. Every step taken because of the spec (a
+/// take, a rewrite of the pod's labels, a rebind, a migration) becomes
+/// [`ClaimStep::ReportInvalid`], and so does showing it Bound or in sync:
+/// its condition says why it is not served as asked.
+fn step_of_invalid_claim(step: ClaimStep<'_>) -> ClaimStep<'_> {
+    match step {
+        ClaimStep::Acquire { .. }
+        | ClaimStep::AcquirePreBound(_)
+        | ClaimStep::ReadCandidates
+        | ClaimStep::ConfirmCurrent
+        | ClaimStep::AwaitAcquired
+        | ClaimStep::ReportUnavailable(_)
+        | ClaimStep::AdoptLegacy(_)
+        | ClaimStep::RewriteBinding(_)
+        | ClaimStep::Rebind
+        | ClaimStep::StartMigration(..)
+        | ClaimStep::ConfirmRefusal
+        | ClaimStep::RefuseMigration(_)
+        | ClaimStep::FallBackToSource { .. }
+        | ClaimStep::ReleaseSource(_)
+        | ClaimStep::MarkBound
+        | ClaimStep::InSync => ClaimStep::ReportInvalid,
+        step => step,
     }
 }
 
@@ -536,7 +716,7 @@ fn bind<'a>(input: &ClaimInput<'a, '_>) -> ClaimStep<'a> {
         return ClaimStep::AdoptLegacy(pod);
     }
     if let Some(reason) = why_recorded_pod_is_gone(input) {
-        return lose(input, reason, Vec::new());
+        return lose_target(input, reason, Vec::new());
     }
     if let Some((reason, release)) = why_source_is_lost(input) {
         return lose(input, reason, release);
@@ -672,7 +852,7 @@ fn sync<'a>(input: &ClaimInput<'a, '_>, pod: &'a PodView) -> ClaimStep<'a> {
         return ClaimStep::Record(pod);
     }
     if let Some(reason) = trouble(input, pod) {
-        return lose(input, reason, vec![release_lost(pod, reason)]);
+        return lose_target(input, reason, vec![release_lost(pod, reason)]);
     }
     if !binding_agrees(claim, pod) {
         return ClaimStep::RewriteBinding(pod);
@@ -807,6 +987,19 @@ fn missing_store_left(input: &ClaimInput<'_, '_>, pod: &PodView) -> Option<Durat
     Some(store_patience(input).saturating_sub(missing_for))
 }
 
+/// The held (or recorded) pod is lost: a migrating claim whose source still
+/// serves it falls back to that source; any other claim is Lost.
+fn lose_target<'a>(input: &ClaimInput<'a, '_>, reason: LossReason, release: Vec<Release<'a>>) -> ClaimStep<'a> {
+    let claim = input.claim;
+    let source_serves = input.source.is_some_and(|source| {
+        claim.is_source(&source.name) && source.is_owned_by(&claim.uid) && !source.deleting && !source.failed
+    });
+    match lose(input, reason, release) {
+        ClaimStep::MarkLost { reason, release } if source_serves => ClaimStep::FallBackToSource { reason, release },
+        step => step,
+    }
+}
+
 fn lose<'a>(input: &ClaimInput<'a, '_>, reason: LossReason, release: Vec<Release<'a>>) -> ClaimStep<'a> {
     match input.read {
         Read::Cached => ClaimStep::ConfirmLost(reason),
@@ -820,7 +1013,7 @@ fn binding_agrees(claim: &ClaimView, pod: &PodView) -> bool {
     let recorded = pod.binding.as_deref().map(Binding::parse);
     pod.phase == Some(PodPhase::Bound)
         && recorded == Some(Ok(Binding::of_claim(claim)))
-        && claim.additional_pod_labels.iter().all(|(key, value)| pod.labels.get(key) == Some(value))
+        && claim.applicable_pod_labels().all(|(key, value)| pod.labels.get(key) == Some(value))
 }
 
 fn store_serves(claim: &ClaimView, store: ObservedStore<'_>) -> bool {

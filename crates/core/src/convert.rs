@@ -136,6 +136,7 @@ pub fn claim_view(claim: &CNClaim) -> Result<ClaimView, ConvertError> {
         cn_labels: cn_label_map(&spec.cn_labels),
         additional_pod_labels: spec.additional_pod_labels.clone(),
         claim_set: meta.labels.as_ref().and_then(|labels| labels.get(labels::CLAIM_SET)).and_then(|set| non_empty(set)),
+        invalid: cnpool_api::validation::validate_claim_spec(spec).err(),
         drain_reported: status.and_then(|status| status.migrate.as_ref()?.source).map(|source| Workload {
             sessions: u64::try_from(source.connections).unwrap_or(0),
             pipelines: u64::try_from(source.pipelines).unwrap_or(0),

@@ -121,6 +121,10 @@ pub struct ClaimView {
     /// `status.migrate.source`: the migration source's drain progress as
     /// last reported.
     pub drain_reported: Option<Workload>,
+    /// Why the spec fails the validation the webhook runs; `None` when it
+    /// passes. Nothing is done because of an invalid spec (DESIGN §2,
+    /// "Inputs"): the webhook may be absent, fail open, or predate a rule.
+    pub invalid: Option<cnpool_api::validation::Invalid>,
 }
 
 /// The pod a claim has recorded as its own.
@@ -162,6 +166,13 @@ impl ClaimView {
             Some(name) if holding => Some(RecordedPod::ByName { name }),
             _ => None,
         }
+    }
+
+    /// The additional pod labels acquire may put on a pod: those of
+    /// `spec.additionalPodLabels` outside the operator's reserved prefixes,
+    /// whatever the spec holds, so that no spec can write an owner or phase.
+    pub fn applicable_pod_labels(&self) -> impl Iterator<Item = (&String, &String)> {
+        self.additional_pod_labels.iter().filter(|(key, _)| !cnpool_api::labels::is_reserved(key))
     }
 
     /// Whether `name` is the pod this claim migrates away from.

@@ -91,6 +91,7 @@ pub fn claim() -> ClaimView {
         additional_pod_labels: labels(&[("team", "blue")]),
         claim_set: None,
         drain_reported: None,
+        invalid: None,
     }
 }
 
@@ -221,9 +222,17 @@ pub fn any_claim() -> impl Strategy<Value = ClaimView> {
     let phases = maybe(&[ClaimPhase::Pending, ClaimPhase::Bound, ClaimPhase::Lost, ClaimPhase::Outdated]);
     let pointer = proptest::sample::select(vec![0, 0, 1, 2]);
     let flags = proptest::collection::vec(any::<bool>(), 5);
-    let lifecycle = (proptest::bool::weighted(0.15), proptest::bool::weighted(0.1));
+    let lifecycle = (proptest::bool::weighted(0.15), proptest::bool::weighted(0.1), proptest::bool::weighted(0.15));
     (any_record(), pointer, names(), proptest::option::weighted(0.2, names()), phases, flags, lifecycle).prop_map(
-        |((recorded_uid, recorded_name), pointer, other_name, source_pod, phase, flags, (deleting, unfinalized))| {
+        |(
+            (recorded_uid, recorded_name),
+            pointer,
+            other_name,
+            source_pod,
+            phase,
+            flags,
+            (deleting, unfinalized, hostile),
+        )| {
             // Usually spec.podName names the recorded pod; sometimes another, or none.
             let pod_name = match pointer {
                 0 => recorded_name.clone().or(other_name),
@@ -245,10 +254,23 @@ pub fn any_claim() -> impl Strategy<Value = ClaimView> {
                 status_pod_uid: recorded_uid.clone().filter(|_| flags[4]),
                 recorded_pod_uid: recorded_uid,
                 recorded_pod_name: recorded_name,
-                ..claim()
+                ..if hostile { hostile_claim() } else { claim() }
             }
         },
     )
+}
+
+/// A claim whose spec names another claim's UID among its additional pod
+/// labels, as a user, an old operator or a bug could write it.
+pub fn hostile_claim() -> ClaimView {
+    let mut claim = claim();
+    claim.additional_pod_labels.insert(cnpool_api::labels::CLAIM_UID.into(), "uid-claim-b".into());
+    claim.invalid = Some(cnpool_api::validation::Invalid(vec![cnpool_api::validation::FieldError {
+        field: format!("spec.additionalPodLabels[{}]", cnpool_api::labels::CLAIM_UID),
+        problem: "uses a prefix reserved for the operator's ownership and pool labels".into(),
+        fix: "choose a key outside pool.matrixorigin.io/".into(),
+    }]));
+    claim
 }
 
 /// Acquire's precondition restated independently of `eligibility`.

@@ -17,9 +17,10 @@ use super::status::{
     self, BOUND_CONDITION, MIGRATION_CONDITION, NO_IDLE_POD, changed_since_read, replace, replace_claim,
     write_condition,
 };
-use crate::cache::Key;
-use crate::context::{ACQUIRED_LATELY, Context, Kind};
+use crate::context::Context;
 use crate::error::Error;
+use crate::key::{Key, Kind};
+use crate::lately::ACQUIRED_LATELY;
 use crate::ownership::{self, Outcome, Transition};
 
 /// Reads what the claim's decision needs, asks the core, performs the step.
@@ -62,7 +63,7 @@ async fn perform<R: StoreRegistry>(
         | ClaimStep::ConfirmRecord => {
             if snap.read == Read::Live {
                 // Already live: a second confirmation would loop.
-                return Ok(Next::Done(Action::requeue(ctx.backoff(Kind::Claim, key))));
+                return Ok(Next::Done(Action::requeue(ctx.backoff.failure(Kind::Claim, key))));
             }
             read_live(ctx, snap).await
         }
@@ -77,7 +78,7 @@ async fn perform<R: StoreRegistry>(
         // Its watch event wakes the claim once the cache shows the pod.
         ClaimStep::AwaitAcquired => Ok(changed_since_read(ctx, &snap.claim)),
         ClaimStep::RefreshStores => {
-            crate::store::refresh_stores(ctx).await?;
+            crate::registry_poll::refresh_stores(ctx).await?;
             snap.stores_listed = true;
             Ok(Next::Again)
         }
@@ -106,7 +107,7 @@ async fn perform<R: StoreRegistry>(
         ClaimStep::ReportUnavailable(why) => {
             let message = format!("requested pod {}: {}", view.pod_name.as_deref().unwrap_or_default(), why.message());
             write_condition(ctx, snap, BOUND_CONDITION, "False", why.as_str(), &message).await?;
-            Ok(Next::Done(Action::requeue(ctx.wait(Kind::Claim, key))))
+            Ok(Next::Done(Action::requeue(ctx.backoff.wait(Kind::Claim, key))))
         }
         ClaimStep::Acquire { candidates } => acquire_first(ctx, snap, key, observed, &candidates).await,
         ClaimStep::Record(pod) => status::record(ctx, snap, view, pod).await,
@@ -131,7 +132,7 @@ async fn perform<R: StoreRegistry>(
             Ok(Next::Done(Action::requeue(match lost_in {
                 // A missing store is looked at again when its bound runs out.
                 Some(left) => left + ctx.config.requeue_min,
-                None => ctx.wait(Kind::Claim, key),
+                None => ctx.backoff.wait(Kind::Claim, key),
             })))
         }
         ClaimStep::MarkBound => {
@@ -139,15 +140,33 @@ async fn perform<R: StoreRegistry>(
                 // The claim changed since it was read: its watch wakes it.
                 return Ok(changed_since_read(ctx, &snap.claim));
             }
-            ctx.settled(Kind::Claim, key);
+            ctx.backoff.settled(Kind::Claim, key);
             // A migration's target shown Bound goes on to release the source.
             Ok(Next::Again)
         }
         ClaimStep::StartMigration(pod, cause) => status::start_migration(ctx, snap, view, pod, cause).await,
         ClaimStep::MarkOutdated => status::mark_outdated(ctx, snap, view).await,
-        ClaimStep::RefuseMigration(why) => status::refuse_migration(ctx, snap, view, why).await,
+        ClaimStep::RefuseMigration(why) => {
+            let target = view.pod_name.as_deref().unwrap_or_default();
+            let message = format!("target pod {target}: {}", why.message());
+            status::end_migration_on_source(ctx, snap, view, "MigrationRefused", &message).await
+        }
+        ClaimStep::FallBackToSource { reason, release } => {
+            let target = view.pod_name.as_deref().unwrap_or_default();
+            let message = format!("target pod {target}: {}", reason.message());
+            let next = status::end_migration_on_source(ctx, snap, view, "TargetLost", &message).await?;
+            if matches!(next, Next::Again) {
+                release_pods(ctx, snap, observed, &release).await?;
+            }
+            Ok(next)
+        }
+        ClaimStep::ReportInvalid => {
+            status::report_invalid(ctx, snap, view).await?;
+            // A fix is a change of the claim, which wakes it.
+            Ok(Next::Done(Action::requeue(ctx.config.resync)))
+        }
         ClaimStep::NoteTargetServing(target) => {
-            ctx.note_target_serving(&view.uid, &target.uid);
+            ctx.migrations.target_serving(&view.uid, &target.uid);
             Ok(Next::Again)
         }
         ClaimStep::WaitToReleaseSource(remaining) => {
@@ -156,12 +175,12 @@ async fn perform<R: StoreRegistry>(
         ClaimStep::ReleaseSource(release) => release_source(ctx, snap, observed, release).await,
         ClaimStep::ReportDrain(workload) => {
             status::report_drain(ctx, snap, view, workload).await?;
-            Ok(Next::Done(Action::requeue(ctx.wait(Kind::Claim, key))))
+            Ok(Next::Done(Action::requeue(ctx.backoff.wait(Kind::Claim, key))))
         }
-        ClaimStep::WaitForDrain => Ok(Next::Done(Action::requeue(ctx.wait(Kind::Claim, key)))),
+        ClaimStep::WaitForDrain => Ok(Next::Done(Action::requeue(ctx.backoff.wait(Kind::Claim, key)))),
         ClaimStep::CompleteMigration => status::complete_migration(ctx, snap, view).await,
         ClaimStep::InSync => {
-            ctx.settled(Kind::Claim, key);
+            ctx.backoff.settled(Kind::Claim, key);
             Ok(Next::Done(if view.deleting { Action::await_change() } else { Action::requeue(ctx.config.resync) }))
         }
     }
@@ -188,10 +207,10 @@ async fn acquire<R>(
 ) -> Result<bool, Error> {
     match ownership::transition(&ctx.client, raw, Transition::Acquire(view), ctx.now()).await? {
         Outcome::Applied(written) => {
-            ctx.note_acquired(&pod.uid);
-            ctx.note_claim_acquired(&view.uid, Some(&pod.uid));
+            ctx.pods_taken_lately.note(&pod.uid);
+            ctx.claims_took_lately.note(&view.uid, Some(&pod.uid));
             // Progress: a failure from here on retries from the shortest delay.
-            ctx.settled(Kind::Claim, key);
+            ctx.backoff.settled(Kind::Claim, key);
             snap.put_pod(ctx, raw, *written);
             Ok(true)
         }
@@ -212,13 +231,13 @@ async fn acquire_first<R>(
     let unreserved = candidates
         .iter()
         .filter_map(|pod| Some((*pod, observed.raw(pod)?)))
-        .filter(|(pod, _)| ctx.reserve_for_acquire(&pod.uid));
+        .filter(|(pod, _)| ctx.pods_taken_lately.reserve(&pod.uid));
     for (pod, raw) in unreserved.take(ctx.config.acquire_attempts) {
         if acquire(ctx, snap, key, view, pod, &raw).await? {
             return Ok(Next::Again);
         }
         // Taken by someone else since the cache showed it: next.
-        ctx.note_acquired(&pod.uid);
+        ctx.pods_taken_lately.note(&pod.uid);
     }
     // A Lost claim keeps the condition that says why it was lost while it
     // waits for a new pod; a migrating one is still bound.
@@ -232,7 +251,8 @@ async fn acquire_first<R>(
     // A pod held back as acquired lately comes back when that note expires,
     // with no event if its acquire was refused without a change: the wait
     // for capacity must not outgrow the note.
-    let delay = if candidates.is_empty() { ctx.wait(Kind::Claim, key) } else { ctx.backoff(Kind::Claim, key) };
+    let delay =
+        if candidates.is_empty() { ctx.backoff.wait(Kind::Claim, key) } else { ctx.backoff.failure(Kind::Claim, key) };
     let held_back = observed.candidates.as_ref().is_some_and(|read| read.held_back);
     Ok(Next::Done(Action::requeue(if held_back { delay.min(ACQUIRED_LATELY) } else { delay })))
 }
@@ -286,7 +306,7 @@ async fn finalize<R>(
     updated.finalizers_mut().retain(|finalizer| finalizer != labels::CLAIM_FINALIZER);
     if replace(ctx, &updated).await?.is_some() {
         tracing::info!(claim = %view.name, released = release.len(), "claim finalized");
-        ctx.end_migration(&view.uid, None);
+        ctx.migrations.end(&view.uid, None);
     }
     Ok(Next::Done(Action::await_change()))
 }
@@ -305,16 +325,28 @@ async fn mark_lost<R>(
         return Ok(changed_since_read(ctx, &snap.claim));
     }
     // What it took is gone: a replacement may be taken at once.
-    ctx.note_claim_acquired(&view.uid, None);
+    ctx.claims_took_lately.note(&view.uid, None);
+    release_pods(ctx, snap, observed, release).await?;
+    Ok(Next::Again)
+}
+
+/// Releases what still carries the claim's UID of a pod it lost; one that
+/// changed since is left to the next decision.
+async fn release_pods<R>(
+    ctx: &Context<R>,
+    snap: &mut Snapshot,
+    observed: &Observed,
+    release: &[Release<'_>],
+) -> Result<(), Error> {
     for pod in release {
         let Some(raw) = observed.raw(pod.pod) else { continue };
         if let Outcome::Applied(written) =
-            ownership::transition(&ctx.client, &raw, release_transition(view, *pod), ctx.now()).await?
+            ownership::transition(&ctx.client, &raw, release_transition(&observed.view, *pod), ctx.now()).await?
         {
             snap.put_pod(ctx, &raw, *written);
         }
     }
-    Ok(Next::Again)
+    Ok(())
 }
 
 async fn release_source<R>(

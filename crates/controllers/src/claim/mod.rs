@@ -22,9 +22,9 @@ use cnpool_registry::StoreRegistry;
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
 
-use crate::cache::key_of;
-use crate::context::{Context, Kind};
+use crate::context::Context;
 use crate::error::Error;
+use crate::key::{Kind, key_of};
 use observe::Snapshot;
 
 /// Steps one reconcile takes at most before requeueing.
@@ -51,7 +51,7 @@ pub async fn reconcile<R: StoreRegistry + 'static>(claim: Arc<CNClaim>, ctx: Arc
 }
 
 pub fn error_policy<R>(claim: Arc<CNClaim>, error: &Error, ctx: Arc<Context<R>>) -> Action {
-    let delay = ctx.backoff(Kind::Claim, &key_of(claim.as_ref()));
+    let delay = ctx.backoff.failure(Kind::Claim, &key_of(claim.as_ref()));
     tracing::warn!(claim = %claim.name_any(), error = %error, kind = error.metric_label(), ?delay, "claim reconcile failed");
     Action::requeue(delay)
 }

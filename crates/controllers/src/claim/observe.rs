@@ -17,8 +17,7 @@ use kube::api::{Api, ListParams};
 use crate::cache::IdlePod;
 use crate::context::Context;
 use crate::error::Error;
-use crate::pool::{on_cordoned_node, read_pod, unowned_store_missing_since};
-use crate::store::store_missing_noted;
+use crate::observe::store_missing_noted;
 
 /// What one reconcile has read, updated with what its writes returned.
 pub(super) struct Snapshot {
@@ -172,11 +171,14 @@ pub(super) struct Observed {
 impl Observed {
     pub fn read<R>(ctx: &Context<R>, snap: &Snapshot) -> Result<Self, Error> {
         let view = claim_view(&snap.claim)?;
-        let owned: Vec<PodView> = snap.owned.iter().map(|pod| read_pod(ctx, pod)).collect::<Result<_, _>>()?;
+        #[cfg(feature = "sabotage")]
+        let view = crate::sabotage::ignore_validation(view);
+        let observer = ctx.observer();
+        let owned: Vec<PodView> = snap.owned.iter().map(|pod| observer.read_pod(pod)).collect::<Result<_, _>>()?;
         #[cfg(feature = "sabotage")]
         let owned = crate::sabotage::hide_extra_pods(&view, owned);
-        let pointed = snap.pointed.as_deref().map(|pod| read_pod(ctx, pod)).transpose()?;
-        let source = snap.source.as_deref().map(|pod| read_pod(ctx, pod)).transpose()?;
+        let pointed = snap.pointed.as_deref().map(|pod| observer.read_pod(pod)).transpose()?;
+        let source = snap.source.as_deref().map(|pod| observer.read_pod(pod)).transpose()?;
         let read_pods: Vec<Arc<Pod>> = snap
             .owned
             .iter()
@@ -190,12 +192,12 @@ impl Observed {
         let store_noted =
             holding.serving.and_then(|serving| raw(&read_pods, serving)).and_then(|pod| store_missing_noted(&pod));
         let held_uid = holding.one().map(|pod| pod.uid.as_str());
-        let serving_since = view.source_pod.as_ref().and_then(|_| ctx.track_migration(&view.uid, held_uid));
+        let serving_since = view.source_pod.as_ref().and_then(|_| ctx.migrations.track(&view.uid, held_uid));
         let namespace = snap.namespace();
         let may_roll = view.phase == Some(ClaimPhase::Outdated) && may_roll(ctx, &namespace, holding.one());
         Ok(Self {
-            store: ctx.observe_store(store_uuid.as_deref()),
-            acquired_lately: ctx.pod_acquired_lately(&view.uid),
+            store: ctx.stores.view(store_uuid.as_deref()),
+            acquired_lately: ctx.claims_took_lately.pod(&view.uid),
             pools: ctx.pool_views(),
             candidates: snap.candidates.clone(),
             view,
@@ -227,7 +229,7 @@ impl Observed {
             owned: &self.owned,
             pointed: self.pointed.as_ref(),
             read: snap.read,
-            store: ctx.observed(self.store_uuid.as_deref(), &self.store, self.store_noted),
+            store: ctx.stores.observed(self.store_uuid.as_deref(), &self.store, self.store_noted, ctx.now()),
             candidates,
             pools: &self.pools,
             now: ctx.now(),
@@ -263,7 +265,7 @@ fn raw(pods: &[Arc<Pod>], view: &PodView) -> Option<Arc<Pod>> {
 fn may_roll<R>(ctx: &Context<R>, namespace: &str, held: Option<&PodView>) -> bool {
     let Some(pool) = held.and_then(|pod| pod.pool.as_deref()) else { return false };
     let migrating = ctx.claims.in_pool(namespace, pool).iter().any(|claim| claim.spec.source_pod.is_some());
-    !migrating && !ctx.rolled_lately(namespace, pool)
+    !migrating && !ctx.rollouts.lately(namespace, pool)
 }
 
 /// How many Idle pods a claim reads from each pool that it may take (after
@@ -295,18 +297,19 @@ pub(super) fn candidate_pods<R>(
     };
     let mut held_back = false;
     let mut offered = Vec::new();
+    let observer = ctx.observer();
     let returning = |idle: &IdlePod| claim.owner_name.is_some() && idle.view.last_owner == claim.owner_name;
     for pool in &pool_names {
         let mut offer = |idle: Arc<IdlePod>| {
-            if ctx.acquired_lately(&idle.view.uid) {
+            if ctx.pods_taken_lately.contains(&idle.view.uid) {
                 held_back = true;
                 return false;
             }
             // Reading the store's absence also starts the clock by which the
             // pool replaces the pod.
             let offerable = eligibility(claim, &idle.view, pools).is_ok()
-                && !on_cordoned_node(ctx, &idle.view)
-                && unowned_store_missing_since(ctx, &idle.pod, &idle.view).is_none();
+                && !observer.on_cordoned_node(&idle.view)
+                && observer.unowned_store_missing_since(&idle.pod, &idle.view).is_none();
             if offerable {
                 offered.push(idle);
             }

@@ -4,7 +4,7 @@
 //! resourceVersion the decision read.
 
 use cnpool_api::{CNClaim, CNClaimStatus, CNLabel, CNStoreStatus, ClaimPhase, MigrateStatus, PodRef, Workload, labels};
-use cnpool_core::claim::{LossReason, MigrationCause, Unavailable};
+use cnpool_core::claim::{LossReason, MigrationCause};
 use cnpool_core::model::{ClaimView, PodView, StoreView};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::{Api, PostParams};
@@ -12,9 +12,9 @@ use kube::{Resource, ResourceExt};
 
 use super::Next;
 use super::observe::Snapshot;
-use crate::cache::key_of;
-use crate::context::{Context, Kind};
+use crate::context::Context;
 use crate::error::{Error, is_not_found, is_stale};
+use crate::key::{Kind, key_of};
 
 /// The condition type a claim reports its binding in.
 pub const BOUND_CONDITION: &str = "Bound";
@@ -33,7 +33,7 @@ const WAITING_FOR_STORE: &str = "WaitingForStore";
 /// brings the newer version and wakes the claim, so the timer is only the
 /// fallback, and it grows while the caches keep lagging.
 pub(super) fn changed_since_read<R>(ctx: &Context<R>, claim: &CNClaim) -> Next {
-    Next::Done(kube::runtime::controller::Action::requeue(ctx.refused(Kind::Claim, &key_of(claim))))
+    Next::Done(kube::runtime::controller::Action::requeue(ctx.backoff.refused(Kind::Claim, &key_of(claim))))
 }
 
 /// Replaces the claim (metadata and spec) at the resourceVersion read and
@@ -276,7 +276,7 @@ pub(super) async fn mark_bound<R>(
     if let Some(pod) = held {
         // The store of the pod held; the time it was first shown Bound to
         // that very pod is kept.
-        let registry = pod.store_uuid.as_deref().and_then(|uuid| ctx.store(uuid).1);
+        let registry = pod.store_uuid.as_deref().and_then(|uuid| ctx.stores.get(uuid).1);
         let same_pod = status.store.as_ref().is_some_and(|shown| shown.pod_uid.as_deref() == Some(pod.uid.as_str()));
         let shown_since = status.store.as_ref().and_then(|shown| shown.bound_time.clone()).filter(|_| same_pod);
         let mut shown = store_status(pod, store, registry.as_ref());
@@ -328,7 +328,7 @@ pub(super) async fn start_migration<R>(
     };
     snap.claim = written;
     if cause == MigrationCause::Outdated {
-        ctx.note_rolled(&snap.namespace(), pod.pool.as_deref().unwrap_or_default());
+        ctx.rollouts.started(&snap.namespace(), pod.pool.as_deref().unwrap_or_default());
     }
     let why = cause.message();
     tracing::info!(claim = %view.name, pod = %pod.name, why, "claim starts migrating");
@@ -364,16 +364,18 @@ fn reported_workload(workload: cnpool_registry::Workload) -> Workload {
     }
 }
 
-/// Refuses a migration: `spec.podName` back to the source and `sourcePod`
-/// cleared in one write, then the Migration condition says why.
-pub(super) async fn refuse_migration<R>(
+/// Ends a migration on its source, the target refused or lost:
+/// `spec.podName` back to the source and `sourcePod` cleared in one write,
+/// then the Migration condition says why (`reason`, `why`) and that the
+/// claim stays on its source.
+pub(super) async fn end_migration_on_source<R>(
     ctx: &Context<R>,
     snap: &mut Snapshot,
     view: &ClaimView,
-    why: Unavailable,
+    reason: &'static str,
+    why: &str,
 ) -> Result<Next, Error> {
     let source = view.source_pod.clone().unwrap_or_default();
-    let target = view.pod_name.clone().unwrap_or_default();
     let mut updated = snap.claim.clone();
     updated.spec.pod_name.clone_from(&source);
     updated.spec.source_pod = None;
@@ -381,11 +383,29 @@ pub(super) async fn refuse_migration<R>(
         return Ok(changed_since_read(ctx, &snap.claim));
     };
     snap.claim = written;
-    tracing::info!(claim = %view.name, target = %target, source = %source, reason = why.as_str(), "migration refused");
-    ctx.end_migration(&view.uid, Some("Refused"));
-    let message = format!("target pod {target}: {}; the claim stays on pod {source}", why.message());
-    write_condition(ctx, snap, MIGRATION_CONDITION, "False", "MigrationRefused", &message).await?;
+    tracing::info!(claim = %view.name, source = %source, reason, why, "migration ends on its source");
+    ctx.migrations.end(&view.uid, Some(reason));
+    let message = format!("{why}; the claim stays on pod {source}");
+    write_condition(ctx, snap, MIGRATION_CONDITION, "False", reason, &message).await?;
     Ok(Next::Again)
+}
+
+/// The reason of the `Bound` condition of a claim whose spec fails
+/// validation.
+pub const INVALID_SPEC: &str = "InvalidSpec";
+
+/// Says in the `Bound` condition why the spec is refused: the first field
+/// and its fix, and how many more there are.
+pub(super) async fn report_invalid<R>(ctx: &Context<R>, snap: &mut Snapshot, view: &ClaimView) -> Result<(), Error> {
+    let Some(invalid) = &view.invalid else { return Ok(()) };
+    let message = match invalid.0.as_slice() {
+        [only] => format!("invalid spec, nothing is done for it until fixed: {only}"),
+        [first, rest @ ..] => {
+            format!("invalid spec, nothing is done for it until fixed: {first} (and {} more)", rest.len())
+        }
+        [] => return Ok(()),
+    };
+    write_condition(ctx, snap, BOUND_CONDITION, "False", INVALID_SPEC, &message).await
 }
 
 /// Ends a migration whose source is done with: `status.migrate` cleared
@@ -419,7 +439,7 @@ pub(super) async fn complete_migration<R>(
     };
     snap.claim = written;
     tracing::info!(claim = %view.name, from = %source, to = %target, "claim migrated");
-    ctx.end_migration(&view.uid, Some("Completed"));
+    ctx.migrations.end(&view.uid, Some("Completed"));
     ctx.event(&snap.claim.object_ref(&()), false, "Migrated", "Migrate", message).await;
     Ok(Next::Again)
 }

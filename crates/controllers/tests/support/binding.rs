@@ -204,3 +204,64 @@ pub async fn a_settled_cluster_costs_no_writes(cluster: &Cluster) {
     let writes = commits.summaries();
     assert!(writes.is_empty(), "steady state wrote: {writes:?}");
 }
+
+/// A claim whose `additionalPodLabels` name another claim's UID under the
+/// owner key, with no webhook to refuse it: the operator refuses it itself,
+/// and no pod changes owner or phase because of it.
+pub async fn a_claim_whose_labels_name_another_claims_uid_takes_nothing(cluster: &Cluster) {
+    cluster.start_operator(0).await;
+    cluster.create_pool(3, Some(10)).await;
+    cluster.create_claim("alpha", &[("account", "acme")], &[]).await;
+    let (alpha_pod, _) = bound_pod(cluster, "alpha").await;
+    let alpha_uid = cluster.claims().get("alpha").await.unwrap().metadata.uid.unwrap();
+    let owner_key = labels::CLAIM_UID;
+    let mallory = cluster.create_claim("mallory", &[], &[(owner_key, alpha_uid.as_str())]).await;
+    let mallory_uid = mallory.metadata.uid.clone().unwrap();
+
+    let message = eventually("mallory says its spec is invalid", BIND, || async {
+        let claim = cluster.claims().get("mallory").await.map_err(|e| e.to_string())?;
+        let conditions = claim.status.as_ref().map(|status| status.conditions.clone()).unwrap_or_default();
+        match conditions.iter().find(|condition| condition.type_ == "Bound") {
+            Some(bound) if bound.status == "False" && bound.reason == "InvalidSpec" => Ok(bound.message.clone()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    assert!(message.contains(&format!("spec.additionalPodLabels[{owner_key}]")), "{message}");
+    assert!(message.contains("choose a key outside"), "the message says how to fix it: {message}");
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(cluster.client.clone(), &cluster.ns);
+    eventually("one InvalidSpec Warning Event for mallory", BIND, || async {
+        let selector = "involvedObject.kind=CNClaim,involvedObject.name=mallory";
+        let listed = events.list(&ListParams::default().fields(selector)).await.map_err(|e| e.to_string())?;
+        let warnings: Vec<_> = listed
+            .items
+            .iter()
+            .filter(|event| event.reason.as_deref() == Some("InvalidSpec") && event.type_.as_deref() == Some("Warning"))
+            .collect();
+        if warnings.len() == 1 { Ok(()) } else { Err(format!("{} InvalidSpec Warnings", warnings.len())) }
+    })
+    .await;
+
+    // Give the operator every chance to act on it: it must not.
+    let until = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < until {
+        let pods = cluster.pool_pods().await;
+        let owners: Vec<(&str, Option<&str>)> =
+            pods.iter().map(|pod| (pod.metadata.name.as_deref().unwrap_or_default(), label(pod, owner_key))).collect();
+        let alphas: Vec<&str> =
+            owners.iter().filter(|(_, uid)| *uid == Some(alpha_uid.as_str())).map(|(n, _)| *n).collect();
+        assert_eq!(alphas, vec![alpha_pod.as_str()], "only alpha's own pod carries alpha's UID: {owners:?}");
+        assert!(owners.iter().all(|(_, uid)| *uid != Some(mallory_uid.as_str())), "mallory took a pod: {owners:?}");
+        assert_eq!(phase_count(&pods, "Draining"), 0, "no pod drained because of mallory");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let alpha = cluster.claims().get("alpha").await.unwrap();
+    assert_eq!((claim_phase(&alpha), alpha.spec.pod_name.as_str()), (Some("Bound"), alpha_pod.as_str()));
+
+    // Fixed, it binds like any claim.
+    let mut fixed = cluster.claims().get("mallory").await.unwrap();
+    fixed.spec.additional_pod_labels.clear();
+    cluster.claims().replace("mallory", &Default::default(), &fixed).await.unwrap();
+    let (mallory_pod, _) = bound_pod(cluster, "mallory").await;
+    assert_ne!(mallory_pod, alpha_pod);
+}

@@ -285,6 +285,77 @@ fn a_loss_for_a_missing_store_is_written_only_on_a_fresh_store_listing() {
     assert!(matches!(world.step(), ClaimStep::MarkLost { reason: LossReason::PodDeleting, .. }));
 }
 
+// Row i: nothing is done because of an invalid spec.
+#[test]
+fn an_invalid_claim_takes_no_pod_and_says_why() {
+    let world = World::new(hostile_claim()).with_pod(idle_pod("spare", 1)).confirmed();
+    assert_eq!(world.step(), ClaimStep::ReportInvalid);
+    let requested = ClaimView { pod_name: Some("spare".into()), ..hostile_claim() };
+    assert_eq!(World::new(requested).with_pod(idle_pod("spare", 1)).confirmed().step(), ClaimStep::ReportInvalid);
+}
+
+#[test]
+fn an_invalid_claim_keeps_the_pod_it_holds_and_its_labels_are_not_rewritten() {
+    let hostile = hostile_claim();
+    let pod = bound_to(&claim(), idle_pod("p", 1));
+    let world = World::new(recording(hostile.clone(), &pod, ClaimPhase::Bound))
+        .holding(pod)
+        .store(Seen::Registered(serving_store(&hostile)));
+    // The pod lacks the spec's (reserved) label: a valid claim would rewrite it.
+    assert_eq!(world.step(), ClaimStep::ReportInvalid);
+    // Its pod deleted, it is still lost (and then not rebound).
+    let deleting = World { owned: vec![PodView { deleting: true, ..world.owned[0].clone() }], ..world.clone() };
+    let deleting = World { pods: deleting.owned.clone(), ..deleting };
+    assert_eq!(deleting.step(), ClaimStep::ConfirmLost(LossReason::PodDeleting));
+    let lost = World::new(ClaimView { phase: Some(ClaimPhase::Lost), ..world.claim.clone() });
+    assert_eq!(lost.step(), ClaimStep::ReportInvalid, "a Lost invalid claim is not rebound");
+}
+
+#[test]
+fn an_invalid_go_era_claim_keeps_its_pod_by_name_and_is_not_lost() {
+    let go = ClaimView { invalid: hostile_claim().invalid, ..go_claim("a", CLAIM_UID) };
+    let pod = PodView { phase: Some(PodPhase::Bound), claimed_by: Some("a".into()), ..idle_pod("pod-x", 1) };
+    let world = World::new(go).with_pod(pod).live();
+    assert_eq!(world.step(), ClaimStep::ReportInvalid);
+}
+
+// Row 8t: a lost target sends the claim back to its still-serving source.
+fn migrating_to(target: PodView) -> World {
+    let claim = claim();
+    let source = bound_to(&claim, idle_pod("source", 1));
+    let target = bound_to(&claim, target);
+    let migrating = ClaimView {
+        pod_name: Some("target".into()),
+        source_pod: Some("source".into()),
+        ..recording(claim, &target, ClaimPhase::Bound)
+    };
+    World::new(migrating).holding(source).holding(target)
+}
+
+#[test]
+fn a_migration_whose_target_is_lost_falls_back_to_its_source() {
+    let world = migrating_to(PodView { deleting: true, ..idle_pod("target", 2) });
+    assert_eq!(world.step(), ClaimStep::ConfirmLost(LossReason::PodDeleting));
+    let world = world.live();
+    let expected =
+        ClaimStep::FallBackToSource { reason: LossReason::PodDeleting, release: vec![drain(world.pod("target"))] };
+    assert_eq!(world.step(), expected);
+    // A target gone altogether: nothing to release.
+    let gone = migrating_to(idle_pod("target", 2));
+    let gone = World { owned: vec![gone.pod("source").clone()], pods: vec![gone.pod("source").clone()], ..gone }.live();
+    assert_eq!(gone.step(), ClaimStep::FallBackToSource { reason: LossReason::PodDeleted, release: vec![] });
+}
+
+#[test]
+fn a_migration_that_lost_its_source_too_is_lost() {
+    let world = migrating_to(PodView { failed: true, ..idle_pod("target", 2) });
+    let source = PodView { deleting: true, ..world.pod("source").clone() };
+    let pods = vec![source, world.pod("target").clone()];
+    let world = World { owned: pods.clone(), pods, ..world }.live();
+    let retire = Release { pod: world.pod("target"), then: AfterRelease::Retire };
+    assert_eq!(world.step(), ClaimStep::MarkLost { reason: LossReason::PodFailed, release: vec![retire] });
+}
+
 // Row 5.
 #[test]
 fn adopt_keeps_the_named_pod_and_releases_the_others() {
@@ -958,6 +1029,7 @@ proptest! {
                 release
             }
             ClaimStep::ReleaseSource(release) => vec![release],
+            ClaimStep::FallBackToSource { release, .. } => release,
             _ => vec![],
         };
         for release in released {
@@ -1027,6 +1099,38 @@ proptest! {
     fn a_store_is_lost_only_on_a_listing_of_this_reconcile(world in any_world()) {
         if let ClaimStep::MarkLost { reason: LossReason::StoreMissing, .. } = world.step() {
             prop_assert!(world.stores_listed);
+        }
+    }
+
+    #[test]
+    fn an_invalid_claim_takes_rewrites_rebinds_and_migrates_nothing(world in any_world()) {
+        if world.claim.invalid.is_some() && !world.claim.deleting {
+            let step = world.step();
+            prop_assert!(
+                !matches!(
+                    step,
+                    ClaimStep::Acquire { .. }
+                        | ClaimStep::AcquirePreBound(_)
+                        | ClaimStep::AdoptLegacy(_)
+                        | ClaimStep::RewriteBinding(_)
+                        | ClaimStep::Rebind
+                        | ClaimStep::StartMigration(..)
+                        | ClaimStep::RefuseMigration(_)
+                        | ClaimStep::FallBackToSource { .. }
+                        | ClaimStep::ReleaseSource(_)
+                        | ClaimStep::MarkBound
+                ),
+                "{step:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_migration_falls_back_only_to_a_source_that_is_still_ours(world in any_world()) {
+        if let ClaimStep::FallBackToSource { .. } = world.step() {
+            prop_assert_eq!(world.read, Read::Live);
+            let source = world.claim.source_pod.as_deref().and_then(|name| world.pods.iter().find(|pod| pod.name == name));
+            prop_assert!(source.is_some_and(|pod| ours(&world, pod) && !pod.deleting && !pod.failed));
         }
     }
 

@@ -1,0 +1,149 @@
+//! The indexes of claims (by UID, by the pod they name, by pool, by their
+//! claim set), of pools (with their template's revision), and of claim sets
+//! (none).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use cnpool_api::{CNClaim, CNClaimSet, CNPool};
+use kube::ResourceExt;
+
+use crate::cache::informer::{Cache, Index, add, drop_from, resolve};
+use crate::key::{Key, key_of};
+use crate::observe::template_revision;
+
+/// Claims.
+#[derive(Default)]
+pub struct ClaimIndex {
+    by_uid: BTreeMap<String, Key>,
+    /// (namespace, spec.podName) → claim names.
+    by_pod_name: BTreeMap<Key, BTreeSet<String>>,
+    /// (namespace, spec.sourcePod.podName) → claim names.
+    by_source: BTreeMap<Key, BTreeSet<String>>,
+    /// (namespace, spec.poolName, empty for none) → claim names.
+    by_pool: BTreeMap<Key, BTreeSet<String>>,
+    /// UID of the claim set named by the claim's controller owner
+    /// reference → claim keys.
+    by_claim_set: BTreeMap<String, BTreeSet<Key>>,
+}
+
+/// The owner reference of the claim set that controls `claim` (the one
+/// with `controller: true` and kind CNClaimSet), if any.
+pub fn controlling_set(claim: &CNClaim) -> Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference> {
+    claim.metadata.owner_references.iter().flatten().find(|owner| {
+        owner.controller == Some(true)
+            && owner.kind == "CNClaimSet"
+            && owner.api_version.starts_with("core.matrixorigin.io/")
+    })
+}
+
+impl Index<CNClaim> for ClaimIndex {
+    fn insert(&mut self, claim: &Arc<CNClaim>) {
+        let (namespace, name) = key_of(claim.as_ref());
+        if let Some(uid) = claim.uid() {
+            self.by_uid.insert(uid, (namespace.clone(), name.clone()));
+        }
+        if !claim.spec.pod_name.is_empty() {
+            add(&mut self.by_pod_name, (namespace.clone(), claim.spec.pod_name.clone()), name.clone());
+        }
+        if let Some(source) = claim.spec.source_pod.as_ref().filter(|source| !source.pod_name.is_empty()) {
+            add(&mut self.by_source, (namespace.clone(), source.pod_name.clone()), name.clone());
+        }
+        if let Some(set) = controlling_set(claim) {
+            add(&mut self.by_claim_set, set.uid.clone(), (namespace.clone(), name.clone()));
+        }
+        add(&mut self.by_pool, (namespace, claim.spec.pool_name.clone()), name);
+    }
+
+    fn remove(&mut self, claim: &Arc<CNClaim>) {
+        let (namespace, name) = key_of(claim.as_ref());
+        if let Some(uid) = claim.uid() {
+            self.by_uid.remove(&uid);
+        }
+        drop_from(&mut self.by_pod_name, &(namespace.clone(), claim.spec.pod_name.clone()), &name);
+        if let Some(source) = claim.spec.source_pod.as_ref() {
+            drop_from(&mut self.by_source, &(namespace.clone(), source.pod_name.clone()), &name);
+        }
+        if let Some(set) = controlling_set(claim) {
+            drop_from(&mut self.by_claim_set, &set.uid, &(namespace.clone(), name.clone()));
+        }
+        drop_from(&mut self.by_pool, &(namespace, claim.spec.pool_name.clone()), &name);
+    }
+}
+
+/// Pools, with the revision hash of their current template.
+#[derive(Default)]
+pub struct PoolIndex {
+    revisions: BTreeMap<Key, String>,
+}
+
+impl Index<CNPool> for PoolIndex {
+    fn insert(&mut self, pool: &Arc<CNPool>) {
+        self.revisions.insert(key_of(pool.as_ref()), template_revision(&pool.spec.template));
+    }
+
+    fn remove(&mut self, pool: &Arc<CNPool>) {
+        self.revisions.remove(&key_of(pool.as_ref()));
+    }
+}
+
+/// Claim sets need no secondary index: their members are found through
+/// the claims' index, and a claim names its set in its owner reference.
+#[derive(Default)]
+pub struct NoIndex;
+
+impl<K> Index<K> for NoIndex {
+    fn insert(&mut self, _: &Arc<K>) {}
+
+    fn remove(&mut self, _: &Arc<K>) {}
+}
+
+pub type Claims = Cache<CNClaim, ClaimIndex>;
+pub type Pools = Cache<CNPool, PoolIndex>;
+pub type ClaimSets = Cache<CNClaimSet, NoIndex>;
+impl Claims {
+    pub fn by_uid(&self, uid: &str) -> Option<Arc<CNClaim>> {
+        self.with(|objects, index| index.by_uid.get(uid).and_then(|key| objects.get(key).cloned()))
+    }
+
+    /// Names of the claims whose `spec.podName` or `spec.sourcePod` is `pod`.
+    pub fn pointing_at(&self, namespace: &str, pod: &str) -> BTreeSet<String> {
+        self.with(|_, index| {
+            let key = (namespace.to_owned(), pod.to_owned());
+            let named = index.by_pod_name.get(&key).into_iter().flatten();
+            named.chain(index.by_source.get(&key).into_iter().flatten()).cloned().collect()
+        })
+    }
+
+    /// Claims controlled by the claim set whose UID is `set_uid`.
+    pub fn of_claim_set(&self, set_uid: &str) -> Vec<Arc<CNClaim>> {
+        self.with(|objects, index| {
+            index.by_claim_set.get(set_uid).into_iter().flatten().filter_map(|key| objects.get(key).cloned()).collect()
+        })
+    }
+
+    /// Claims nominated to `pool` (`spec.poolName`), or to no pool when
+    /// `pool` is empty.
+    pub fn in_pool(&self, namespace: &str, pool: &str) -> Vec<Arc<CNClaim>> {
+        self.with(|objects, index| {
+            let names = index.by_pool.get(&(namespace.to_owned(), pool.to_owned()));
+            resolve(objects, namespace, names.into_iter().flatten())
+        })
+    }
+}
+
+impl Pools {
+    /// Every pool with its current revision.
+    pub fn all(&self) -> Vec<(Arc<CNPool>, String)> {
+        self.with(|objects, index| {
+            objects
+                .iter()
+                .map(|(key, pool)| (pool.clone(), index.revisions.get(key).cloned().unwrap_or_default()))
+                .collect()
+        })
+    }
+
+    pub fn revision(&self, key: &Key) -> Option<String> {
+        self.with(|_, index| index.revisions.get(key).cloned())
+    }
+}

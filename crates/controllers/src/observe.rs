@@ -1,0 +1,210 @@
+//! The observation layer: how a pod reads to every controller, from its
+//! object and from what this process observed besides (cordoned nodes,
+//! HAKeeper's store listing, the time), and the revision of a pool's
+//! template. It reads plain values it is handed, never the controllers'
+//! context, so that every controller reads a pod the same way without
+//! importing another.
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use cnpool_api::{PodPhase, labels};
+use cnpool_core::convert::pod_view;
+use cnpool_core::model::PodView;
+use jiff::{SignedDuration, Timestamp};
+use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use crate::error::Error;
+use crate::nodes::CordonedNodes;
+use crate::stores::StoreSnapshot;
+
+/// What a pod is read against besides its object.
+pub struct Observer<'a> {
+    pub nodes: &'a CordonedNodes,
+    pub stores: &'a StoreSnapshot,
+    /// The time of day of the reading.
+    pub now: Timestamp,
+    /// How long an unowned pod's store may be missing before the pod counts
+    /// as failed (`Config::store_missing_bound`).
+    pub store_missing_bound: Duration,
+}
+
+impl Observer<'_> {
+    /// Reads a pool pod. A pod on a cordoned node counts as cordoned. A pod
+    /// whose containers terminated counts as failed, and so does an unowned
+    /// pod whose CN runs but whose store HAKeeper has not held for longer
+    /// than the store-missing bound (an Idle pod, or one still Unknown since
+    /// its CN started): it cannot serve a tenant, so no claim is offered it
+    /// (a claim taking it would wait that bound again and be Lost) and its
+    /// pool replaces it.
+    pub fn read_pod(&self, pod: &Pod) -> Result<PodView, Error> {
+        let mut view = own_view(pod)?;
+        view.cordoned |= self.on_cordoned_node(&view);
+        let store_gone = self.unowned_store_missing_since(pod, &view).is_some_and(|since| {
+            SignedDuration::try_from(self.store_missing_bound)
+                .is_ok_and(|bound| self.now.duration_since(since) >= bound)
+        });
+        view.failed |= store_gone && !view.deleting;
+        Ok(view)
+    }
+
+    /// Whether `view` runs on a node that is cordoned.
+    pub fn on_cordoned_node(&self, view: &PodView) -> bool {
+        view.node.as_deref().is_some_and(|node| self.nodes.contains(node))
+    }
+
+    /// Since when HAKeeper has lacked the store of `view`, if it is an Idle
+    /// pod or an Unknown one whose CN has started. A CN whose store vanished
+    /// before it registered never leaves Unknown; one still starting is not
+    /// missing anything yet, so for it the time counts from its container's
+    /// start.
+    pub fn unowned_store_missing_since(&self, pod: &Pod, view: &PodView) -> Option<Timestamp> {
+        let started = match view.phase {
+            Some(PodPhase::Idle) => None,
+            Some(PodPhase::Unknown) => Some(cn_started_at(pod)?),
+            _ => return None,
+        };
+        let since = self.stores.missing_since(view.store_uuid.as_deref()?, store_missing_noted(pod), self.now)?;
+        Some(started.map_or(since, |started| since.max(started)))
+    }
+}
+
+/// The part of [`Observer::read_pod`] that depends on the pod's object
+/// alone: what the pod index keeps for Idle pods, read once per change of
+/// the pod rather than once per claim that might take it.
+pub fn own_view(pod: &Pod) -> Result<PodView, cnpool_core::convert::ConvertError> {
+    let mut view = pod_view(pod, false)?;
+    let terminated =
+        pod.status.as_ref().and_then(|status| status.container_statuses.as_ref()).is_some_and(|containers| {
+            containers.iter().any(|container| container.state.as_ref().is_some_and(|state| state.terminated.is_some()))
+        });
+    view.failed |= terminated && !view.deleting;
+    Ok(view)
+}
+
+/// When the pod's first running container started.
+fn cn_started_at(pod: &Pod) -> Option<Timestamp> {
+    let containers = pod.status.as_ref()?.container_statuses.as_ref()?;
+    containers.iter().find_map(|container| Some(container.state.as_ref()?.running.as_ref()?.started_at.as_ref()?.0))
+}
+
+/// When the pod's `cn-store` condition noted its store missing, if it says so now.
+pub fn store_missing_noted(pod: &Pod) -> Option<Timestamp> {
+    let conditions = pod.status.as_ref()?.conditions.as_ref()?;
+    let condition = conditions.iter().find(|condition| condition.type_ == labels::CN_STORE_CONDITION)?;
+    (condition.status == "False").then_some(condition.last_transition_time.as_ref()?.0)
+}
+
+/// The revision label of pods made from `template`: the first 10 hex digits
+/// of the SHA-256 of the template's canonical JSON (object keys sorted, no
+/// whitespace). It depends on the user's template only, so a new cnpool
+/// release does not roll every pod.
+pub fn template_revision(template: &PodTemplateSpec) -> String {
+    let value = serde_json::to_value(template).unwrap_or(Value::Null);
+    let mut canonical = String::new();
+    write_canonical(&value, &mut canonical);
+    let digest = Sha256::digest(canonical.as_bytes());
+    digest.iter().take(5).fold(String::new(), |mut hex, byte| {
+        let _ = write!(hex, "{byte:02x}");
+        hex
+    })
+}
+
+fn write_canonical(value: &Value, out: &mut String) {
+    match value {
+        Value::Object(map) => {
+            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+            entries.sort_by(|a, b| a.0.cmp(b.0));
+            out.push('{');
+            for (index, (key, value)) in entries.into_iter().enumerate() {
+                if index > 0 {
+                    out.push(',');
+                }
+                out.push_str(&Value::String(key.clone()).to_string());
+                out.push(':');
+                write_canonical(value, out);
+            }
+            out.push('}');
+        }
+        Value::Array(items) => {
+            out.push('[');
+            for (index, item) in items.iter().enumerate() {
+                if index > 0 {
+                    out.push(',');
+                }
+                write_canonical(item, out);
+            }
+            out.push(']');
+        }
+        scalar => out.push_str(&scalar.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn the_revision_ignores_key_order_and_changes_with_the_template() {
+        let a: PodTemplateSpec =
+            serde_json::from_value(json!({"metadata": {"labels": {"a": "1", "b": "2"}}, "spec": {"containers": [{"name": "cn", "image": "mo:1"}]}}))
+                .unwrap();
+        let b: PodTemplateSpec =
+            serde_json::from_value(json!({"spec": {"containers": [{"image": "mo:1", "name": "cn"}]}, "metadata": {"labels": {"b": "2", "a": "1"}}}))
+                .unwrap();
+        let c: PodTemplateSpec =
+            serde_json::from_value(json!({"spec": {"containers": [{"image": "mo:2", "name": "cn"}]}})).unwrap();
+        assert_eq!(template_revision(&a), template_revision(&b));
+        assert_ne!(template_revision(&a), template_revision(&c));
+        assert_eq!(template_revision(&a).len(), 10);
+    }
+
+    #[test]
+    fn canonical_json_sorts_keys_at_every_level() {
+        let mut out = String::new();
+        write_canonical(&json!({"b": {"d": 1, "c": [{"f": true, "e": null}]}, "a": "x"}), &mut out);
+        assert_eq!(out, r#"{"a":"x","b":{"c":[{"e":null,"f":true}],"d":1}}"#);
+    }
+
+    fn idle_pod(node: &str) -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {
+                "name": "pool-0", "namespace": "ns", "uid": "pod-uid",
+                "creationTimestamp": "2024-01-01T00:00:00Z",
+                "labels": {labels::POOL_NAME: "pool", labels::PHASE: "Idle", labels::CN_UUID: "store-0"},
+            },
+            "spec": {"containers": [], "nodeName": node},
+        }))
+        .unwrap()
+    }
+
+    fn at(seconds: i64) -> Timestamp {
+        Timestamp::UNIX_EPOCH + SignedDuration::from_secs(seconds)
+    }
+
+    #[test]
+    fn an_idle_pod_reads_cordoned_on_a_cordoned_node_and_failed_once_its_store_is_missing_for_the_bound() {
+        let (nodes, stores) = (CordonedNodes::default(), StoreSnapshot::default());
+        let observer = |seconds| Observer {
+            nodes: &nodes,
+            stores: &stores,
+            now: at(seconds),
+            store_missing_bound: Duration::from_secs(30),
+        };
+        let pod = idle_pod("node-a");
+        let view = observer(0).read_pod(&pod).unwrap();
+        assert!(!view.cordoned && !view.failed, "nothing listed yet: no judgement");
+        nodes.set("node-a", true);
+        stores.replace(Vec::new());
+        let view = observer(100).read_pod(&pod).unwrap();
+        assert!(view.cordoned, "its node is cordoned");
+        assert!(!view.failed, "missing since 100 only");
+        assert_eq!(observer(110).unowned_store_missing_since(&pod, &view), Some(at(100)));
+        assert!(!observer(129).read_pod(&pod).unwrap().failed);
+        assert!(observer(130).read_pod(&pod).unwrap().failed, "missing for the bound");
+    }
+}

@@ -1,0 +1,238 @@
+//! The CNPool controller: the pool's headless Service, its pods (created
+//! from the template, named `<pool>-<ordinal>` so that AlreadyExists is the
+//! lock that keeps `maxPods` even with two operators), scale-in, deletion
+//! behind the pool finalizer, and a status that counts pods per phase.
+//! Rendering the pods and the Service is `pods`'s job; the pool's
+//! PodDisruptionBudget is `budget`'s.
+
+mod budget;
+mod pods;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use cnpool_api::selector::selector_matches;
+use cnpool_api::{CNClaim, CNPool, CNPoolStatus, PodPhase, labels};
+use cnpool_core::model::PodView;
+use cnpool_core::pool::{Expectations, plan_pool};
+use cnpool_registry::StoreRegistry;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::runtime::controller::Action;
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+
+use crate::context::Context;
+use crate::error::{Error, is_not_found, is_stale};
+use crate::key::{Key, Kind, key_of};
+use crate::observe::template_revision;
+use crate::ownership::{self, Outcome, Transition};
+
+/// Whether `claim` waits for a pod of `pool`.
+fn waits_for(claim: &CNClaim, pool: &CNPool, pool_labels: &BTreeMap<String, String>, ctx_holds: bool) -> bool {
+    if claim.metadata.deletion_timestamp.is_some() || ctx_holds {
+        return false;
+    }
+    let lost_in_set = claim.phase() == Some(cnpool_api::ClaimPhase::Lost)
+        && claim.labels().get(labels::CLAIM_SET).is_some_and(|set| !set.is_empty());
+    // A claim naming a pod (a pre-bound request, or a pointer the Go
+    // operator left) waits for that pod, not for a new one; a Lost one
+    // clears its pointer and binds from the pool.
+    let names_a_pod = !claim.spec.pod_name.is_empty() && claim.phase() != Some(cnpool_api::ClaimPhase::Lost);
+    let nominated = claim.spec.pool_name.is_empty() || claim.spec.pool_name == pool.name_any();
+    nominated && !lost_in_set && !names_a_pod && selector_matches(&claim.spec.selector, pool_labels)
+}
+
+pub async fn reconcile<R: StoreRegistry + 'static>(pool: Arc<CNPool>, ctx: Arc<Context<R>>) -> Result<Action, Error> {
+    let key = key_of(pool.as_ref());
+    ctx.wake.reconciling(Kind::Pool, &key.0, &key.1, ctx.pools.holds_version(&pool));
+    let (namespace, name) = key.clone();
+    let pools: Api<CNPool> = Api::namespaced(ctx.client.clone(), &namespace);
+    let deleting = pool.metadata.deletion_timestamp.is_some();
+    let has_finalizer = pool.finalizers().iter().any(|f| f == labels::POOL_FINALIZER);
+    if !deleting && !has_finalizer {
+        let mut updated = (*pool).clone();
+        updated.finalizers_mut().push(labels::POOL_FINALIZER.to_owned());
+        return match pools.replace(&name, &PostParams::default(), &updated).await {
+            Ok(_) => Ok(Action::await_change()),
+            // Another replica added it first, or this cache lags: the watch
+            // brings the pool with its finalizer.
+            Err(error) if is_stale(&error) || is_not_found(&error) => {
+                Ok(Action::requeue(ctx.backoff.refused(Kind::Pool, &key)))
+            }
+            Err(error) => Err(Error::kube("add finalizer to", format!("CNPool {namespace}/{name}"), error)),
+        };
+    }
+    if !deleting {
+        pods::ensure_service(&ctx, &pool).await?;
+        budget::ensure(&ctx, &pool).await?;
+    }
+
+    let revision = ctx.pools.revision(&key).unwrap_or_else(|| template_revision(&pool.spec.template));
+    let view = ctx.pool_view(&pool, &revision)?;
+    let raw_pods = ctx.pods.in_pool(&namespace, &name);
+    let pods: Vec<PodView> = raw_pods.iter().map(|pod| ctx.observer().read_pod(pod)).collect::<Result<_, _>>()?;
+
+    if deleting && raw_pods.is_empty() {
+        return remove_finalizer(&ctx, &pool).await;
+    }
+
+    let pool_labels = pods::pod_labels(&pool);
+    let mut pending = 0u32;
+    for claim in ctx.claims.in_pool(&namespace, &name).iter().chain(&ctx.claims.in_pool(&namespace, "")) {
+        // A migration source is on its way out: a claim that holds only its
+        // source waits for a target like any pending claim.
+        let source = claim.spec.source_pod.as_ref().map(|source| source.pod_name.as_str());
+        let holds = claim
+            .uid()
+            .is_some_and(|uid| ctx.pods.owned_by(&uid).iter().any(|pod| Some(pod.name_any().as_str()) != source));
+        if waits_for(claim, &pool, &pool_labels, holds) {
+            pending += 1;
+        }
+    }
+
+    let expected = expectations(&ctx, &key, &pods);
+    let plan = plan_pool(&view, &pods, pending, &expected);
+    let busy = !plan.is_empty();
+    let mut created = Vec::new();
+    for pod_name in &plan.create {
+        if pods::create_pod(&ctx, &pool, &revision, pod_name).await? {
+            created.push(pod_name.as_str());
+        }
+    }
+    let mut retired = Vec::new();
+    for pod in &plan.retire {
+        let Some(raw) = raw_pods.iter().find(|raw| raw.uid().as_deref() == Some(pod.uid.as_str())) else { continue };
+        if let Outcome::Applied(_) = ownership::transition(&ctx.client, raw, Transition::Retire, ctx.now()).await? {
+            ctx.expected.deletion(&key, &pod.uid);
+            retired.push(pod.name.as_str());
+        }
+    }
+    let pool_ref = pool.object_ref(&());
+    if !created.is_empty() {
+        let note = format!("created pods {} ({pending} pending claims, maxIdle {})", created.join(", "), view.max_idle);
+        ctx.event(&pool_ref, false, "ScaledOut", "Create", note).await;
+    }
+    if !retired.is_empty() {
+        let note = format!("retiring pods {} (surplus Idle, or of an old template)", retired.join(", "));
+        ctx.event(&pool_ref, false, "ScaledIn", "Retire", note).await;
+    }
+    for pod in &plan.delete {
+        delete_pod(&ctx, &key, pod).await?;
+    }
+
+    if !write_status(&ctx, &pool, &pods, pending, &revision).await? {
+        return Ok(Action::requeue(ctx.after_stale_refusal()));
+    }
+    if busy || !expected.creations.is_empty() || !expected.deletions.is_empty() {
+        // What the plan asked for shows up as pod events, and they wake the
+        // pool; polling for them would only add reconciles. The requeue is a
+        // safety net.
+        return Ok(Action::requeue(ctx.config.requeue_max));
+    }
+    ctx.backoff.settled(Kind::Pool, &key);
+    // An unowned pod whose store is missing is retired once that has lasted
+    // the store-missing bound; nothing else would wake the pool then.
+    let store_missing = raw_pods
+        .iter()
+        .zip(&pods)
+        .any(|(raw, view)| !view.failed && ctx.observer().unowned_store_missing_since(raw, view).is_some());
+    Ok(Action::requeue(if store_missing { ctx.config.store_missing_bound } else { ctx.config.resync }))
+}
+
+pub fn error_policy<R>(pool: Arc<CNPool>, error: &Error, ctx: Arc<Context<R>>) -> Action {
+    let delay = ctx.backoff.failure(Kind::Pool, &key_of(pool.as_ref()));
+    tracing::warn!(pool = %pool.name_any(), error = %error, kind = error.metric_label(), ?delay, "pool reconcile failed");
+    Action::requeue(delay)
+}
+
+/// The pool's expectations, with what the cache now shows dropped: a
+/// retired or deleted pod is seen once it is no longer Idle or starting.
+fn expectations<R>(ctx: &Context<R>, key: &Key, pods: &[PodView]) -> Expectations {
+    ctx.expected.outstanding(
+        key,
+        |name| pods.iter().any(|pod| pod.name == name),
+        |uid| {
+            pods.iter().any(|pod| {
+                pod.uid == uid && !pod.deleting && matches!(pod.phase, Some(PodPhase::Idle | PodPhase::Unknown))
+            })
+        },
+    )
+}
+async fn delete_pod<R>(ctx: &Context<R>, key: &Key, pod: &PodView) -> Result<(), Error> {
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &key.0);
+    let params = DeleteParams {
+        preconditions: Some(Preconditions { uid: Some(pod.uid.clone()), resource_version: None }),
+        ..DeleteParams::default()
+    };
+    match pods.delete(&pod.name, &params).await {
+        Ok(_) => {
+            tracing::info!(pool = %key.1, pod = %pod.name, "deleted terminating pod");
+            ctx.expected.deletion(key, &pod.uid);
+            Ok(())
+        }
+        Err(error) if is_stale(&error) || is_not_found(&error) => Ok(()),
+        Err(error) => Err(Error::kube("delete pod", &pod.name, error)),
+    }
+}
+
+async fn remove_finalizer<R>(ctx: &Context<R>, pool: &CNPool) -> Result<Action, Error> {
+    let (namespace, name) = key_of(pool);
+    let kept: Vec<String> = pool.finalizers().iter().filter(|f| *f != labels::POOL_FINALIZER).cloned().collect();
+    let patch: json_patch::Patch = serde_json::from_value(json!([
+        {"op": "test", "path": "/metadata/finalizers", "value": pool.finalizers()},
+        {"op": "replace", "path": "/metadata/finalizers", "value": kept},
+    ]))
+    .map_err(|source| Error::Encode { what: "pool finalizer patch", source })?;
+    let pools: Api<CNPool> = Api::namespaced(ctx.client.clone(), &namespace);
+    match pools.patch(&name, &PatchParams::default(), &Patch::Json::<()>(patch)).await {
+        Ok(_) => {
+            tracing::info!(pool = %name, "pool has no pods left; finalizer removed");
+            ctx.metrics.pool_observed(&namespace, &name, None);
+            Ok(Action::await_change())
+        }
+        Err(error) if is_stale(&error) || is_not_found(&error) => {
+            Ok(Action::requeue(ctx.backoff.refused(Kind::Pool, &(namespace, name))))
+        }
+        Err(error) => Err(Error::kube("remove finalizer from", format!("CNPool {namespace}/{name}"), error)),
+    }
+}
+
+/// Writes the pool's status when it changed; `false` when the write was
+/// refused as stale.
+async fn write_status<R>(
+    ctx: &Context<R>,
+    pool: &CNPool,
+    pods: &[PodView],
+    pending: u32,
+    revision: &str,
+) -> Result<bool, Error> {
+    let count = |phase: PodPhase| pods.iter().filter(|pod| pod.phase == Some(phase)).count() as i32;
+    let current = pool.status.clone().unwrap_or_default();
+    let status = CNPoolStatus {
+        replicas: pods.len() as i32,
+        idle: count(PodPhase::Idle),
+        bound: count(PodPhase::Bound),
+        draining: count(PodPhase::Draining),
+        terminating: count(PodPhase::Terminating),
+        pending_claims: i32::try_from(pending).unwrap_or(i32::MAX),
+        current_revision: Some(revision.to_owned()),
+        conditions: current.conditions.clone(),
+        observed_generation: pool.metadata.generation,
+    };
+    ctx.metrics.pool_observed(&pool.namespace().unwrap_or_default(), &pool.name_any(), Some(&status));
+    if status == current {
+        return Ok(true);
+    }
+    let mut updated = pool.clone();
+    updated.status = Some(status);
+    let pools: Api<CNPool> = Api::namespaced(ctx.client.clone(), pool.namespace().as_deref().unwrap_or_default());
+    match pools.replace_status(&pool.name_any(), &PostParams::default(), &updated).await {
+        Ok(written) => {
+            ctx.pool_status_writes.wrote(pool.resource_version().as_deref(), written);
+            Ok(true)
+        }
+        Err(error) if is_stale(&error) || is_not_found(&error) => Ok(false),
+        Err(error) => Err(Error::kube("write status of", format!("CNPool {}", pool.name_any()), error)),
+    }
+}
