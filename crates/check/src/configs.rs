@@ -26,6 +26,9 @@ pub struct Config {
     /// The target a migration names (`spec.podName`); `None` lets the
     /// operator choose.
     pub migration_target: Option<String>,
+    /// Whether a reconcile may also stop after its first write (a failed
+    /// request or a crash in the middle), beside running whole.
+    pub partial_reconciles: bool,
 }
 
 impl Config {
@@ -52,13 +55,16 @@ fn pool_of(name: &'static str, replicas: usize, pods: usize, claims: usize, budg
         claims: (0..claims).map(|i| ClaimObj::new(&format!("c{i}"), 1)).collect(),
         budget,
         migration_target: None,
+        partial_reconciles: false,
     }
 }
 
 /// Two replicas binding two claims to two pods from lagging caches, with a
 /// claim deleted and recreated under its name and a replica crash.
 fn two_replicas() -> Config {
-    pool_of("two-replicas", 2, 2, 2, Budget { crashes: 1, claim_deletions: 1, ..Budget::default() })
+    let mut config = pool_of("two-replicas", 2, 2, 2, Budget { crashes: 1, claim_deletions: 1, ..Budget::default() });
+    config.partial_reconciles = true;
+    config
 }
 
 /// For CI: two replicas, one claim, two pods; the claim is deleted and

@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::hash::{Hash, Hasher};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use cnpool_api::ClaimPhase;
 use stateright::{Model, Property};
@@ -14,12 +14,17 @@ use crate::objects::{ClaimObj, PodObj, StoreRec};
 use crate::reconcile;
 use crate::Variant;
 
+/// Objects by name. Shared: a state's caches and its successors' mostly
+/// hold the very versions it holds, which keeps each state small.
+pub type Pods = BTreeMap<String, Arc<PodObj>>;
+pub type Claims = BTreeMap<String, Arc<ClaimObj>>;
+
 /// What the model's world holds.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct State {
     /// The API server's pods and claims, by name.
-    pub pods: BTreeMap<String, PodObj>,
-    pub claims: BTreeMap<String, ClaimObj>,
+    pub pods: Pods,
+    pub claims: Claims,
     /// HAKeeper's stores, by the name of the pod whose CN registered them.
     pub stores: BTreeMap<String, StoreRec>,
     pub replicas: Vec<Replica>,
@@ -38,29 +43,28 @@ pub struct State {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Replica {
     /// The version of each pod and claim its watches last delivered.
-    pub pods: BTreeMap<String, PodObj>,
-    pub claims: BTreeMap<String, ClaimObj>,
+    pub pods: Pods,
+    pub claims: Claims,
     /// Pods it acquired (or tried to) lately, by UID.
     pub acquired: BTreeSet<String>,
     /// The pod it acquired lately for each claim, by UIDs.
     pub claim_acquired: BTreeMap<String, String>,
     /// Migration targets it saw serve, by claim UID.
     pub serving: BTreeMap<String, String>,
-    /// The claim reconciles under way, by claim name.
-    pub snaps: BTreeMap<String, Snap>,
 }
 
-/// What one claim reconcile has read so far (the controller's `Snapshot`).
+/// What one claim reconcile has read so far (the controller's `Snapshot`);
+/// it lives within one action.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Snap {
-    pub claim: ClaimObj,
-    pub owned: Vec<PodObj>,
-    pub pointed: Option<PodObj>,
-    pub source: Option<PodObj>,
+    pub claim: Arc<ClaimObj>,
+    pub owned: Vec<Arc<PodObj>>,
+    pub pointed: Option<Arc<PodObj>>,
+    pub source: Option<Arc<PodObj>>,
     pub live: bool,
     pub confirmed: bool,
     pub stores_listed: bool,
-    pub candidates: Option<Vec<PodObj>>,
+    pub candidates: Option<Vec<Arc<PodObj>>>,
 }
 
 /// Bounds on the faults and requests, which keep the state space finite.
@@ -77,8 +81,9 @@ pub struct Budget {
 /// One thing that happens.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Action {
-    /// A replica takes one step of a claim's reconcile.
-    Reconcile { replica: usize, claim: String },
+    /// A replica reconciles a claim from its cache: the whole reconcile,
+    /// or only up to its first write.
+    Reconcile { replica: usize, claim: String, whole: bool },
     /// A replica's CN-store controller reconciles a pod from its cache.
     StoreSync { replica: usize, pod: String },
     /// A replica's pod watch catches up: its cache becomes the server's
@@ -121,20 +126,14 @@ impl CheckModel {
 
     fn initial(&self) -> State {
         let config = &self.config;
-        let server = |replica: &mut Replica| {
-            replica.pods = config.pods.iter().map(|pod| (pod.name.clone(), pod.clone())).collect();
-            replica.claims = config.claims.iter().map(|claim| (claim.name.clone(), claim.clone())).collect();
-        };
+        let pods: Pods = config.pods.iter().map(|pod| (pod.name.clone(), Arc::new(pod.clone()))).collect();
+        let claims: Claims = config.claims.iter().map(|claim| (claim.name.clone(), Arc::new(claim.clone()))).collect();
         let replicas = (0..config.replicas)
-            .map(|_| {
-                let mut replica = Replica::default();
-                server(&mut replica);
-                replica
-            })
+            .map(|_| Replica { pods: pods.clone(), claims: claims.clone(), ..Replica::default() })
             .collect();
         State {
-            pods: config.pods.iter().map(|pod| (pod.name.clone(), pod.clone())).collect(),
-            claims: config.claims.iter().map(|claim| (claim.name.clone(), claim.clone())).collect(),
+            pods,
+            claims,
             stores: config.stores.clone(),
             replicas,
             budget: config.budget.clone(),
@@ -158,9 +157,10 @@ impl CheckModel {
             for pod in cache.pods.keys() {
                 actions.push(Action::StoreSync { replica, pod: pod.clone() });
             }
-            let reconciled: BTreeSet<&String> = cache.claims.keys().chain(cache.snaps.keys()).collect();
-            for claim in reconciled {
-                actions.push(Action::Reconcile { replica, claim: claim.clone() });
+            for claim in cache.claims.keys() {
+                for whole in [true, false].into_iter().take(if self.config.partial_reconciles { 2 } else { 1 }) {
+                    actions.push(Action::Reconcile { replica, claim: claim.clone(), whole });
+                }
             }
         }
     }
@@ -309,7 +309,7 @@ pub fn exclusive(state: &State) -> Option<String> {
             ));
         }
     }
-    let bound: Vec<(&ClaimObj, &str)> = state
+    let bound: Vec<(&Arc<ClaimObj>, &str)> = state
         .claims
         .values()
         .filter(|claim| claim.holds() && !claim.deleting)
@@ -374,7 +374,7 @@ fn settled_problem(state: &State) -> Option<String> {
                 && state.stores.contains_key(&pod.name)
         })
         .count();
-    let live: Vec<&ClaimObj> = state.claims.values().filter(|claim| !claim.deleting).collect();
+    let live: Vec<&Arc<ClaimObj>> = state.claims.values().filter(|claim| !claim.deleting).collect();
     if usable >= live.len()
         && let Some(waiting) = live.iter().find(|claim| claim.phase != Some(ClaimPhase::Bound))
     {

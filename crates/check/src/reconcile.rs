@@ -11,25 +11,29 @@ use cnpool_core::model::{ObservedStore, PodView, Read, StoreView};
 use cnpool_core::store::{DesiredStore, StoreWrite, plan_store, store_writes};
 use cnpool_registry::{StoreLabels, WorkState, Workload};
 
+use std::sync::Arc;
+
 use crate::model::{Action, CheckModel, Replica, Snap, State};
 use crate::objects::{ClaimObj, PodObj, now, pool, store_uuid};
 use crate::{Error, Variant};
 
 /// Candidate acquires one reconcile tries (the controllers' default).
 const ACQUIRE_ATTEMPTS: usize = 3;
+/// Steps one reconcile takes at most (the controller's bound).
+const MAX_STEPS: usize = 16;
 
 /// Applies `action` to `state`; returns what happened, for a trace.
 pub(crate) fn apply(model: &CheckModel, state: &mut State, action: &Action) -> Result<String, Error> {
     match action {
-        Action::Reconcile { replica, claim } => reconcile_claim(model, state, *replica, claim),
+        Action::Reconcile { replica, claim, whole } => reconcile_claim(model, state, *replica, claim, *whole),
         Action::StoreSync { replica, pod } => store_sync(model, state, *replica, pod),
         Action::DeliverPods { replica } => {
-            let lines: Vec<String> = state.pods.values().map(pod_line).collect();
+            let lines: Vec<String> = state.pods.values().map(|pod| pod_line(pod)).collect();
             state.replicas[*replica].pods = state.pods.clone();
             Ok(format!("watch: pods [{}]", lines.join(", ")))
         }
         Action::DeliverClaims { replica } => {
-            let lines: Vec<String> = state.claims.values().map(claim_line).collect();
+            let lines: Vec<String> = state.claims.values().map(|claim| claim_line(claim)).collect();
             state.replicas[*replica].claims = state.claims.clone();
             Ok(format!("watch: claims [{}]", lines.join(", ")))
         }
@@ -51,14 +55,14 @@ pub(crate) fn apply(model: &CheckModel, state: &mut State, action: &Action) -> R
         }
         Action::DeletePod(name) => {
             state.budget.pod_deletions -= 1;
-            if let Some(pod) = state.pods.get_mut(name) {
+            if let Some(pod) = state.pods.get_mut(name).map(Arc::make_mut) {
                 pod.deleting = true;
             }
             Ok(format!("delete pod {name}"))
         }
         Action::FailPod(name) => {
             state.budget.pod_failures -= 1;
-            if let Some(pod) = state.pods.get_mut(name) {
+            if let Some(pod) = state.pods.get_mut(name).map(Arc::make_mut) {
                 pod.failed = true;
             }
             Ok(format!("pod {name} fails"))
@@ -70,7 +74,7 @@ pub(crate) fn apply(model: &CheckModel, state: &mut State, action: &Action) -> R
         }
         Action::DeleteClaim(name) => {
             state.budget.claim_deletions -= 1;
-            let remove = match state.claims.get_mut(name) {
+            let remove = match state.claims.get_mut(name).map(Arc::make_mut) {
                 Some(claim) if claim.finalizer => {
                     claim.deleting = true;
                     false
@@ -88,13 +92,13 @@ pub(crate) fn apply(model: &CheckModel, state: &mut State, action: &Action) -> R
             *generation += 1;
             let claim = ClaimObj::new(name, *generation);
             let note = format!("create claim {}", claim_line(&claim));
-            state.claims.insert(name.clone(), claim);
+            state.claims.insert(name.clone(), Arc::new(claim));
             Ok(note)
         }
         Action::Migrate(name) => {
             state.budget.migrations -= 1;
             let target = model.config.migration_target.clone();
-            if let Some(claim) = state.claims.get_mut(name) {
+            if let Some(claim) = state.claims.get_mut(name).map(Arc::make_mut) {
                 claim.source_pod = claim.pod_name.take();
                 claim.pod_name = target;
             }
@@ -131,7 +135,7 @@ fn claim_line(claim: &ClaimObj) -> String {
 
 /// What became of a pod write.
 enum Outcome {
-    Applied(PodObj),
+    Applied(Arc<PodObj>),
     /// Refused: a `test` failed, or the pod is gone.
     Stale,
     /// The pod read does not satisfy the transition's precondition.
@@ -169,6 +173,7 @@ fn pod_write(
             Some(("I8 owner changes", format!("pod {} went from claim-uid {before} to {after} in one write", read.name)));
     }
     let note = format!("{} -> pod {}", transition.name(), pod_line(&written));
+    let written = Arc::new(written);
     state.pods.insert(read.name.clone(), written.clone());
     Ok((Outcome::Applied(written), note))
 }
@@ -176,10 +181,11 @@ fn pod_write(
 /// A claim write at the version read: refused (409) unless the server's
 /// claim is the one read. With `remove`, the write drops the last finalizer
 /// of a deleting claim, which the server then deletes.
-fn claim_write(state: &mut State, read: &ClaimObj, written: ClaimObj) -> Option<ClaimObj> {
-    if state.claims.get(&read.name) != Some(read) {
+fn claim_write(state: &mut State, read: &ClaimObj, written: ClaimObj) -> Option<Arc<ClaimObj>> {
+    if state.claims.get(&read.name).map(|claim| &**claim) != Some(read) {
         return None;
     }
+    let written = Arc::new(written);
     if written.deleting && !written.finalizer {
         state.claims.remove(&read.name);
     } else {
@@ -194,50 +200,39 @@ enum Next {
     Done,
 }
 
-fn reconcile_claim(model: &CheckModel, state: &mut State, replica: usize, name: &str) -> Result<String, Error> {
-    let snap = match state.replicas[replica].snaps.remove(name) {
-        Some(snap) => snap,
-        None => {
-            let Some(claim) = state.replicas[replica].claims.get(name).cloned() else {
-                return Ok(format!("reconcile claim {name}: not in the cache"));
-            };
-            let cache = &state.replicas[replica];
-            let owned = cache.pods.values().filter(|pod| pod.claim_uid() == Some(claim.uid.as_str())).cloned().collect();
-            Snap {
-                claim,
-                owned,
-                pointed: None,
-                source: None,
-                live: false,
-                confirmed: false,
-                stores_listed: false,
-                candidates: None,
-            }
-        }
+fn reconcile_claim(
+    model: &CheckModel,
+    state: &mut State,
+    replica: usize,
+    name: &str,
+    whole: bool,
+) -> Result<String, Error> {
+    let Some(claim) = state.replicas[replica].claims.get(name).cloned() else {
+        return Ok(format!("reconcile claim {name}: not in the cache"));
     };
+    let cache = &state.replicas[replica];
+    let owned = cache.pods.values().filter(|pod| pod.claim_uid() == Some(claim.uid.as_str())).cloned().collect();
+    let mut snap =
+        Snap { claim, owned, pointed: None, source: None, live: false, confirmed: false, stores_listed: false, candidates: None };
     let mut notes = Vec::new();
-    let mut snap = snap;
-    // Steps that read only this process's cache or memory are taken in the
-    // same action as the step after them: nothing outside the process can
-    // tell them apart from it (docs/model-checking.md).
-    loop {
-        let (next, after, note, local) = claim_step(model, state, replica, snap)?;
+    // A whole reconcile is one action; the other kind stops after its first
+    // write, as one whose next request fails or whose process dies does
+    // (docs/model-checking.md says what this leaves out).
+    for _ in 0..MAX_STEPS {
+        let (next, after, note, wrote) = claim_step(model, state, replica, snap)?;
         notes.push(note);
         match next {
-            Next::Again if local => snap = after,
-            Next::Again => {
-                state.replicas[replica].snaps.insert(name.to_owned(), after);
-                break;
-            }
-            Next::Done => break,
+            Next::Again if whole || !wrote => snap = after,
+            Next::Again | Next::Done => break,
         }
     }
-    Ok(format!("reconcile claim {name}: {}", notes.join(" / ")))
+    let how = if whole { "reconcile" } else { "reconcile (stops after a write)" };
+    Ok(format!("{how} claim {name}: {}", notes.join(" / ")))
 }
 
 /// A pod by name for the reconcile: what it already read, else the cache,
 /// or the server for a live read.
-fn find_pod(state: &State, replica: usize, snap: &Snap, name: &str) -> Option<PodObj> {
+fn find_pod(state: &State, replica: usize, snap: &Snap, name: &str) -> Option<Arc<PodObj>> {
     let known = snap.owned.iter().chain(snap.pointed.as_ref()).chain(snap.source.as_ref());
     if let Some(pod) = known.into_iter().find(|pod| pod.name == name) {
         return Some(pod.clone());
@@ -276,7 +271,9 @@ enum Plan {
     MarkBound,
     StartMigration(String),
     MarkOutdated,
-    Refuse,
+    /// Back to the source (`spec.podName` = it, `sourcePod` cleared), then
+    /// these pods released (a lost migration target).
+    Refuse(Vec<(String, AfterRelease)>),
     NoteServing(String),
     ReleaseSource(String, AfterRelease),
     CompleteMigration,
@@ -309,7 +306,8 @@ fn plan_of(step: &ClaimStep<'_>) -> Plan {
         ClaimStep::MarkBound => Plan::MarkBound,
         ClaimStep::StartMigration(pod, _) => Plan::StartMigration(pod.name.clone()),
         ClaimStep::MarkOutdated => Plan::MarkOutdated,
-        ClaimStep::RefuseMigration(_) => Plan::Refuse,
+        ClaimStep::RefuseMigration(_) => Plan::Refuse(Vec::new()),
+        ClaimStep::FallBackToSource { release, .. } => Plan::Refuse(releases(release)),
         ClaimStep::NoteTargetServing(pod) => Plan::NoteServing(pod.uid.clone()),
         ClaimStep::ReleaseSource(release) => Plan::ReleaseSource(release.pod.uid.clone(), release.then),
         ClaimStep::CompleteMigration => Plan::CompleteMigration,
@@ -319,6 +317,7 @@ fn plan_of(step: &ClaimStep<'_>) -> Plan {
         | ClaimStep::WaitToReleaseSource(_)
         | ClaimStep::ReportDrain(_)
         | ClaimStep::WaitForDrain
+        | ClaimStep::ReportInvalid
         | ClaimStep::InSync => Plan::Wait,
     }
 }
@@ -337,14 +336,14 @@ fn step_name(step: &ClaimStep<'_>) -> String {
 
 fn read_views(model: &CheckModel, state: &State, replica: usize, snap: &Snap) -> Result<Views, Error> {
     let claim = snap.claim.view()?;
-    let mut owned: Vec<PodView> = snap.owned.iter().map(PodObj::view).collect::<Result<_, _>>()?;
+    let mut owned: Vec<PodView> = snap.owned.iter().map(|pod| pod.view()).collect::<Result<_, _>>()?;
     if model.variant == Some(Variant::AdoptKeepsExtras) {
         owned = hide_extra_pods(&claim, owned);
     }
-    let pointed = snap.pointed.as_ref().map(PodObj::view).transpose()?;
-    let source = snap.source.as_ref().map(PodObj::view).transpose()?;
+    let pointed = snap.pointed.as_ref().map(|pod| pod.view()).transpose()?;
+    let source = snap.source.as_ref().map(|pod| pod.view()).transpose()?;
     let candidates = match &snap.candidates {
-        Some(pods) => Some(pods.iter().map(PodObj::view).collect::<Result<Vec<_>, _>>()?),
+        Some(pods) => Some(pods.iter().map(|pod| pod.view()).collect::<Result<Vec<_>, _>>()?),
         None => None,
     };
     let memory = &state.replicas[replica];
@@ -441,23 +440,31 @@ fn claim_step(
     }
     let name = step_name(&step);
     let plan = plan_of(&step);
-    let local = matches!(plan, Plan::ReadCandidates | Plan::NoteServing(_));
+    let wrote = !matches!(
+        plan,
+        Plan::ReadCandidates
+            | Plan::NoteServing(_)
+            | Plan::ReadLive
+            | Plan::ConfirmCurrent
+            | Plan::RefreshStores
+            | Plan::Wait
+    );
     let held = Holding::of(&views.claim, &views.owned, views.pointed.as_ref(), views.source.as_ref())
         .one()
         .map(|pod| pod.uid.clone());
     let (next, note) = perform(model, state, replica, &mut snap, plan, held)?;
-    Ok((next, snap, format!("{name}{}{note}", if note.is_empty() { "" } else { ": " }), local))
+    Ok((next, snap, format!("{name}{}{note}", if note.is_empty() { "" } else { ": " }), wrote))
 }
 
 /// The pod of `uid` among those the reconcile read.
-fn raw(snap: &Snap, uid: &str) -> Option<PodObj> {
+fn raw(snap: &Snap, uid: &str) -> Option<Arc<PodObj>> {
     let read = snap.owned.iter().chain(snap.pointed.as_ref()).chain(snap.source.as_ref());
     let candidates = snap.candidates.iter().flatten();
     read.chain(candidates).find(|pod| pod.uid == uid).cloned()
 }
 
 /// Takes the pod as this reconcile's write returned it.
-fn put_pod(snap: &mut Snap, pod: PodObj) {
+fn put_pod(snap: &mut Snap, pod: Arc<PodObj>) {
     snap.owned.retain(|held| held.name != pod.name);
     for slot in [&mut snap.pointed, &mut snap.source] {
         if slot.as_ref().is_some_and(|known| known.name == pod.name) {
@@ -475,7 +482,7 @@ fn perform(
     plan: Plan,
     held: Option<String>,
 ) -> Result<(Next, String), Error> {
-    let claim = snap.claim.clone();
+    let claim = (*snap.claim).clone();
     let view = claim.view()?;
     let uid = claim.uid.clone();
     let release = |then: AfterRelease| Transition::Release { claim_uid: &uid, then };
@@ -509,7 +516,7 @@ fn perform(
             (Next::Again, "read live".to_owned())
         }
         Plan::ConfirmCurrent => {
-            snap.confirmed = state.claims.get(&claim.name) == Some(&claim);
+            snap.confirmed = state.claims.get(&claim.name).is_some_and(|live| **live == claim);
             let next = if snap.confirmed { Next::Again } else { Next::Done };
             (next, format!("claim current: {}", snap.confirmed))
         }
@@ -656,10 +663,23 @@ fn perform(
             write(state, snap, ClaimObj { source_pod: Some(pod), pod_name: None, ..claim })
         }
         Plan::MarkOutdated => write(state, snap, ClaimObj { phase: Some(cnpool_api::ClaimPhase::Outdated), ..claim }),
-        Plan::Refuse => {
+        Plan::Refuse(releases) => {
             let source = claim.source_pod.clone();
             state.replicas[replica].serving.remove(&uid);
-            write(state, snap, ClaimObj { pod_name: source, source_pod: None, ..claim })
+            let (next, note) = write(state, snap, ClaimObj { pod_name: source, source_pod: None, ..claim });
+            if let Next::Done = next {
+                return Ok((next, note));
+            }
+            let mut notes = vec![note];
+            for (pod_uid, then) in releases {
+                let Some(read) = raw(snap, &pod_uid) else { continue };
+                let (outcome, note) = pod_write(model, state, &read, release(then))?;
+                notes.push(note);
+                if let Outcome::Applied(written) = outcome {
+                    put_pod(snap, written);
+                }
+            }
+            (Next::Again, notes.join("; "))
         }
         Plan::NoteServing(pod_uid) => {
             state.replicas[replica].serving.insert(uid.clone(), pod_uid);
