@@ -11,7 +11,7 @@ use crate::model::Budget;
 use crate::objects::{ClaimObj, PodObj, StoreRec};
 
 /// Every configuration's name.
-pub const NAMES: [&str; 4] = ["two-replicas", "migration", "cutover", "small"];
+pub const NAMES: [&str; 7] = ["two-replicas", "migration", "cutover", "small", "race", "pair", "prebound"];
 
 /// A cluster to explore.
 #[derive(Clone, Debug)]
@@ -38,6 +38,9 @@ impl Config {
             "migration" => Ok(migration()),
             "cutover" => Ok(cutover()),
             "small" => Ok(small()),
+            "race" => Ok(pool_of("race", 2, 1, 2, Budget::default())),
+            "pair" => Ok(pair()),
+            "prebound" => Ok(prebound()),
             _ => Err(Error::UnknownConfig(name.to_owned())),
         }
     }
@@ -68,9 +71,20 @@ fn two_replicas() -> Config {
 }
 
 /// For CI: two replicas, one claim, two pods; the claim is deleted and
-/// recreated under its name once.
+/// recreated under its name once, and a reconcile may stop after a write.
+/// (`race`: two replicas, two new claims, one pod, no fault.)
 fn small() -> Config {
-    pool_of("small", 2, 2, 1, Budget { claim_deletions: 1, ..Budget::default() })
+    let mut config = pool_of("small", 2, 2, 1, Budget { claim_deletions: 1, ..Budget::default() });
+    config.partial_reconciles = true;
+    config
+}
+
+/// Two replicas, one claim, two pods, no fault but reconciles that stop
+/// after a write: both replicas may take a pod for the claim.
+fn pair() -> Config {
+    let mut config = pool_of("pair", 2, 2, 1, Budget::default());
+    config.partial_reconciles = true;
+    config
 }
 
 /// One replica, two claims, three pods; one claim is asked to migrate to
@@ -97,5 +111,14 @@ fn cutover() -> Config {
     }
     let serving = StoreRec { state: cnpool_registry::WorkState::Working.code(), labels: config.claims[0].cn_labels() };
     config.stores.insert("p0".to_owned(), serving);
+    config
+}
+
+/// One replica, two claims, two pods; `c0` was created asking for `p0` by
+/// name (a pre-bound request), which `c1` may take first: `c0` then waits
+/// for it, still pointing at it, and `c1` must keep its own store's labels.
+fn prebound() -> Config {
+    let mut config = pool_of("prebound", 1, 2, 2, Budget::default());
+    config.claims[0].pod_name = Some("p0".to_owned());
     config
 }

@@ -375,8 +375,14 @@ fn settled_problem(state: &State) -> Option<String> {
         })
         .count();
     let live: Vec<&Arc<ClaimObj>> = state.claims.values().filter(|claim| !claim.deleting).collect();
+    // A pre-bound request waits for the pod it names, whatever else is free:
+    // it is a request, not a loss (DESIGN §2, "Bind").
+    let requests = |claim: &&&Arc<ClaimObj>| {
+        claim.phase.is_none() && claim.recorded.is_none() && claim.pod_name.is_some() && claim.source_pod.is_none()
+    };
     if usable >= live.len()
-        && let Some(waiting) = live.iter().find(|claim| claim.phase != Some(ClaimPhase::Bound))
+        && let Some(waiting) =
+            live.iter().filter(|claim| !requests(claim)).find(|claim| claim.phase != Some(ClaimPhase::Bound))
     {
         return Some(format!(
             "liveness: claim {} stays {:?} with {usable} usable pods for {} claims",
