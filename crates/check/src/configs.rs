@@ -90,8 +90,7 @@ fn pair() -> Config {
 /// One replica, two claims, three pods; one claim is asked to migrate to
 /// `p2`, which may be taken, deleted or failed first.
 fn migration() -> Config {
-    let mut config =
-        pool_of("migration", 1, 3, 2, Budget { migrations: 1, pod_deletions: 1, pod_failures: 1, ..Budget::default() });
+    let mut config = pool_of("migration", 1, 3, 2, Budget { migrations: 1, pod_deletions: 1, ..Budget::default() });
     config.migration_target = Some("p2".to_owned());
     config
 }

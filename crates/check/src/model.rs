@@ -9,10 +9,10 @@ use std::sync::{Arc, Mutex};
 use cnpool_api::ClaimPhase;
 use stateright::{Model, Property};
 
+use crate::Variant;
 use crate::configs::Config;
 use crate::objects::{ClaimObj, PodObj, StoreRec};
 use crate::reconcile;
-use crate::Variant;
 
 /// Objects by name. Shared: a state's caches and its successors' mostly
 /// hold the very versions it holds, which keeps each state small.
@@ -83,20 +83,35 @@ pub struct Budget {
 pub enum Action {
     /// A replica reconciles a claim from its cache: the whole reconcile,
     /// or only up to its first write.
-    Reconcile { replica: usize, claim: String, whole: bool },
+    Reconcile {
+        replica: usize,
+        claim: String,
+        whole: bool,
+    },
     /// A replica's CN-store controller reconciles a pod from its cache.
-    StoreSync { replica: usize, pod: String },
+    StoreSync {
+        replica: usize,
+        pod: String,
+    },
     /// A replica's pod watch catches up: its cache becomes the server's
     /// pods as they are now (any prefix of the event stream is reachable by
     /// choosing when this happens).
-    DeliverPods { replica: usize },
+    DeliverPods {
+        replica: usize,
+    },
     /// The same for its claim watch.
-    DeliverClaims { replica: usize },
+    DeliverClaims {
+        replica: usize,
+    },
     /// A replica's notes of pods acquired lately expire.
-    Forget { replica: usize },
+    Forget {
+        replica: usize,
+    },
     /// A replica crashes and restarts: memory and reconciles lost, caches
     /// relisted.
-    Crash { replica: usize },
+    Crash {
+        replica: usize,
+    },
     DeletePod(String),
     FailPod(String),
     VanishStore(String),

@@ -5,8 +5,8 @@
 
 use cnpool_api::labels;
 use cnpool_controllers::ownership::{Transition, operations};
-use cnpool_core::claim::{AfterRelease, ClaimInput, ClaimStep, Holding, LossReason, next_claim_step};
 use cnpool_core::candidates::eligibility;
+use cnpool_core::claim::{AfterRelease, ClaimInput, ClaimStep, Holding, LossReason, next_claim_step};
 use cnpool_core::model::{ObservedStore, PodView, Read, StoreView};
 use cnpool_core::store::{DesiredStore, StoreWrite, plan_store, store_writes};
 use cnpool_registry::{StoreLabels, WorkState, Workload};
@@ -46,11 +46,8 @@ pub(crate) fn apply(model: &CheckModel, state: &mut State, action: &Action) -> R
         Action::Crash { replica } => {
             state.budget.crashes -= 1;
             // The restarted process relists its caches.
-            state.replicas[*replica] = Replica {
-                pods: state.pods.clone(),
-                claims: state.claims.clone(),
-                ..Replica::default()
-            };
+            state.replicas[*replica] =
+                Replica { pods: state.pods.clone(), claims: state.claims.clone(), ..Replica::default() };
             Ok("crash and restart: memory and reconciles lost, caches relisted".to_owned())
         }
         Action::DeletePod(name) => {
@@ -169,8 +166,10 @@ fn pod_write(
         && before != after
         && state.broken.is_none()
     {
-        state.broken =
-            Some(("I8 owner changes", format!("pod {} went from claim-uid {before} to {after} in one write", read.name)));
+        state.broken = Some((
+            "I8 owner changes",
+            format!("pod {} went from claim-uid {before} to {after} in one write", read.name),
+        ));
     }
     let note = format!("{} -> pod {}", transition.name(), pod_line(&written));
     let written = Arc::new(written);
@@ -212,8 +211,16 @@ fn reconcile_claim(
     };
     let cache = &state.replicas[replica];
     let owned = cache.pods.values().filter(|pod| pod.claim_uid() == Some(claim.uid.as_str())).cloned().collect();
-    let mut snap =
-        Snap { claim, owned, pointed: None, source: None, live: false, confirmed: false, stores_listed: false, candidates: None };
+    let mut snap = Snap {
+        claim,
+        owned,
+        pointed: None,
+        source: None,
+        live: false,
+        confirmed: false,
+        stores_listed: false,
+        candidates: None,
+    };
     let mut notes = Vec::new();
     // A whole reconcile is one action; the other kind stops after its first
     // write, as one whose next request fails or whose process dies does
@@ -508,7 +515,8 @@ fn perform(
             let Some(live) = state.claims.get(&claim.name).cloned() else {
                 return Ok((Next::Done, "live read: claim gone".to_owned()));
             };
-            snap.owned = state.pods.values().filter(|pod| pod.claim_uid() == Some(live.uid.as_str())).cloned().collect();
+            snap.owned =
+                state.pods.values().filter(|pod| pod.claim_uid() == Some(live.uid.as_str())).cloned().collect();
             snap.claim = live;
             snap.pointed = None;
             snap.source = None;
@@ -527,7 +535,9 @@ fn perform(
             for pod in memory.pods.values() {
                 let pod_view = pod.view()?;
                 let store_missing = !state.stores.contains_key(&pod.name);
-                if !memory.acquired.contains(&pod.uid) && eligibility(&view, &pod_view, &pools).is_ok() && !store_missing
+                if !memory.acquired.contains(&pod.uid)
+                    && eligibility(&view, &pod_view, &pools).is_ok()
+                    && !store_missing
                 {
                     offered.push(pod.clone());
                 }
@@ -659,9 +669,7 @@ fn perform(
             let written = ClaimObj { phase: Some(cnpool_api::ClaimPhase::Bound), status_pod, lost: None, ..claim };
             write(state, snap, written)
         }
-        Plan::StartMigration(pod) => {
-            write(state, snap, ClaimObj { source_pod: Some(pod), pod_name: None, ..claim })
-        }
+        Plan::StartMigration(pod) => write(state, snap, ClaimObj { source_pod: Some(pod), pod_name: None, ..claim }),
         Plan::MarkOutdated => write(state, snap, ClaimObj { phase: Some(cnpool_api::ClaimPhase::Outdated), ..claim }),
         Plan::Refuse(releases) => {
             let source = claim.source_pod.clone();
@@ -716,7 +724,11 @@ fn loss_refuted(state: &State, claim: &ClaimObj, reason: LossReason) -> Option<S
     let pod = state.pods.get(&name)?;
     let same = recorded.recorded_pod_uid.as_deref().is_none_or(|uid| uid == pod.uid);
     (judged_on_pod && same && pod.claim_uid() == Some(claim.uid.as_str()) && !pod.deleting && !pod.failed).then(|| {
-        format!("claim {} marked Lost ({}) while its pod {name} is there and still its own", claim.name, reason.as_str())
+        format!(
+            "claim {} marked Lost ({}) while its pod {name} is there and still its own",
+            claim.name,
+            reason.as_str()
+        )
     })
 }
 
