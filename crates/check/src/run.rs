@@ -44,9 +44,12 @@ pub fn check(config: Config, variant: Option<Variant>, threads: usize) -> Result
     let name = config.name.to_owned();
     let started = Instant::now();
     let mut builder = CheckModel::new(config, variant).checker().threads(threads.max(1)).symmetry_fn(representative);
-    if variant.is_some() {
-        builder = builder.finish_when(HasDiscoveries::AnyFailures);
-    }
+    // A variant's check stops at its first violation; the protocol's
+    // explores every state even after one, so that its counts are whole.
+    builder = builder.finish_when(match variant {
+        Some(_) => HasDiscoveries::AnyFailures,
+        None => HasDiscoveries::AllFailures,
+    });
     let checker = builder.spawn_bfs().join();
     let seconds = started.elapsed().as_secs_f64();
     let model = checker.model();
