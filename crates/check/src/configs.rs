@@ -64,10 +64,12 @@ fn pool_of(name: &'static str, replicas: usize, pods: usize, claims: usize, budg
 
 /// Two replicas binding two claims to two pods from lagging caches, with a
 /// claim deleted and recreated under its name and a replica crash.
+///
+/// Reconciles run whole here: with them also stopping after a write the
+/// space did not finish in 10 minutes on the 2-core machine (config `pair`
+/// and `small` explore that with one claim).
 fn two_replicas() -> Config {
-    let mut config = pool_of("two-replicas", 2, 2, 2, Budget { crashes: 1, claim_deletions: 1, ..Budget::default() });
-    config.partial_reconciles = true;
-    config
+    pool_of("two-replicas", 2, 2, 2, Budget { crashes: 1, claim_deletions: 1, ..Budget::default() })
 }
 
 /// For CI: two replicas, one claim, two pods; the claim is deleted and
