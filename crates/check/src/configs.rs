@@ -73,12 +73,10 @@ fn two_replicas() -> Config {
 }
 
 /// For CI: two replicas, one claim, two pods; the claim is deleted and
-/// recreated under its name once, and a reconcile may stop after a write.
-/// (`race`: two replicas, two new claims, one pod, no fault.)
+/// recreated under its name once. (`race`: two replicas, two new claims,
+/// one pod, no fault.)
 fn small() -> Config {
-    let mut config = pool_of("small", 2, 2, 1, Budget { claim_deletions: 1, ..Budget::default() });
-    config.partial_reconciles = true;
-    config
+    pool_of("small", 2, 2, 1, Budget { claim_deletions: 1, ..Budget::default() })
 }
 
 /// Two replicas, one claim, two pods, no fault but reconciles that stop
