@@ -28,6 +28,18 @@ async fn migrate(cluster: &Cluster, claim: &str, source: &str, target: &str) {
     cluster.claims().patch(claim, &PatchParams::default(), &Patch::Merge(&patch)).await.expect("start the migration");
 }
 
+/// Waits for an Idle pool pod other than `source`, a target to move to.
+async fn idle_pod_other_than(cluster: &Cluster, source: &str) -> String {
+    eventually("an Idle pod to move to", Duration::from_secs(30), || async {
+        let pods = cluster.pool_pods().await;
+        let idle = pods
+            .iter()
+            .find(|pod| label(pod, labels::PHASE) == Some("Idle") && pod.metadata.name.as_deref() != Some(source));
+        idle.and_then(|pod| pod.metadata.name.clone()).ok_or_else(|| "none yet".to_string())
+    })
+    .await
+}
+
 /// Waits until `claim` has finished migrating: `sourcePod` removed, Bound to
 /// a pod other than `source` that carries its UID. Returns that pod's name.
 async fn migrated(cluster: &Cluster, claim: &str, source: &str) -> String {
@@ -111,14 +123,7 @@ async fn a_claim_migrates_to_a_named_pod_and_its_source_drains_back_to_idle() {
     cluster.create_pool(2, Some(6)).await;
     cluster.create_claim("tenant", &[("account", "acme")], &[]).await;
     let (source, _) = bound_pod(&cluster, "tenant").await;
-    let target = eventually("an Idle pod to move to", Duration::from_secs(30), || async {
-        let pods = cluster.pool_pods().await;
-        let idle = pods
-            .iter()
-            .find(|pod| label(pod, labels::PHASE) == Some("Idle") && pod.metadata.name != Some(source.clone()));
-        idle.and_then(|pod| pod.metadata.name.clone()).ok_or_else(|| "none yet".to_string())
-    })
-    .await;
+    let target = idle_pod_other_than(&cluster, &source).await;
 
     migrate(&cluster, "tenant", &source, &target).await;
     assert_eq!(migrated(&cluster, "tenant", &source).await, target, "the claim moved to the pod it named");
@@ -358,14 +363,7 @@ async fn a_claim_whose_target_is_lost_mid_migration_falls_back_to_its_source() {
     cluster.create_pool(2, Some(6)).await;
     cluster.create_claim("tenant", &[("account", "acme")], &[]).await;
     let (source, source_uid) = bound_pod(&cluster, "tenant").await;
-    let target = eventually("an Idle pod to move to", Duration::from_secs(30), || async {
-        let pods = cluster.pool_pods().await;
-        let idle = pods
-            .iter()
-            .find(|pod| label(pod, labels::PHASE) == Some("Idle") && pod.metadata.name != Some(source.clone()));
-        idle.and_then(|pod| pod.metadata.name.clone()).ok_or_else(|| "none yet".to_string())
-    })
-    .await;
+    let target = idle_pod_other_than(&cluster, &source).await;
     migrate(&cluster, "tenant", &source, &target).await;
     eventually("the target recorded and serving the claim", Duration::from_secs(30), || async {
         let claim: CNClaim = cluster.claims().get("tenant").await.map_err(|e| e.to_string())?;
