@@ -11,7 +11,8 @@ use crate::model::Budget;
 use crate::objects::{ClaimObj, PodObj, StoreRec};
 
 /// Every configuration's name.
-pub const NAMES: [&str; 7] = ["two-replicas", "migration", "cutover", "small", "race", "pair", "prebound"];
+pub const NAMES: [&str; 8] =
+    ["two-replicas", "migration", "cutover", "small", "race", "pair", "prebound", "lost-migration"];
 
 /// A cluster to explore.
 #[derive(Clone, Debug)]
@@ -41,6 +42,7 @@ impl Config {
             "race" => Ok(pool_of("race", 2, 1, 2, Budget::default())),
             "pair" => Ok(pair()),
             "prebound" => Ok(prebound()),
+            "lost-migration" => Ok(lost_migration()),
             _ => Err(Error::UnknownConfig(name.to_owned())),
         }
     }
@@ -119,5 +121,16 @@ fn cutover() -> Config {
 fn prebound() -> Config {
     let mut config = pool_of("prebound", 1, 2, 2, Budget::default());
     config.claims[0].pod_name = Some("p0".to_owned());
+    config
+}
+
+/// One replica, one claim, two pods: the claim migrates to `p1`, which may
+/// be deleted after the source `p0` was released. The claim is then Lost,
+/// and `p0`, Idle again, is the only pod it can bind to (the finding of
+/// `migration`, shrunk for the tests).
+fn lost_migration() -> Config {
+    let mut config =
+        pool_of("lost-migration", 1, 2, 1, Budget { migrations: 1, pod_deletions: 1, ..Budget::default() });
+    config.migration_target = Some("p1".to_owned());
     config
 }

@@ -35,6 +35,14 @@ fn the_small_configurations_pass() {
     passes("prebound");
 }
 
+/// A claim whose migration target is lost after its source was released
+/// binds again, its old source included (the core's row 10m): before, it
+/// kept that pod as its source, which it can never take, and stayed Lost.
+#[test]
+fn a_claim_that_lost_its_target_after_releasing_its_source_binds_again() {
+    passes("lost-migration");
+}
+
 #[test]
 fn an_unguarded_acquire_hands_a_pod_from_one_claim_to_another() {
     caught("race", Variant::UnguardedAcquire, "writes keep I2 and I8");

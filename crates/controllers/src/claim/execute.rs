@@ -14,8 +14,8 @@ use kube::{Resource, ResourceExt};
 use super::Next;
 use super::observe::{Observed, Snapshot, candidate_pods};
 use super::status::{
-    self, BOUND_CONDITION, BackOnSource, MIGRATION_CONDITION, MigrationEnd, NO_IDLE_POD, changed_since_read, replace, replace_claim,
-    write_condition,
+    self, BOUND_CONDITION, BackOnSource, MIGRATION_CONDITION, MigrationEnd, NO_IDLE_POD, changed_since_read, replace,
+    replace_claim, write_condition,
 };
 use crate::context::Context;
 use crate::error::Error;

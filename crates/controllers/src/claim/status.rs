@@ -457,7 +457,9 @@ pub(super) async fn end_migration<R>(
     let source = view.source_pod.clone().unwrap_or_default();
     let target = view.pod_name.clone().unwrap_or_default();
     let (value, reason, message, outcome) = match ending {
-        MigrationEnd::Completed => ("True", "Migrated", format!("moved from pod {source} to pod {target}"), "Completed"),
+        MigrationEnd::Completed => {
+            ("True", "Migrated", format!("moved from pod {source} to pod {target}"), "Completed")
+        }
         MigrationEnd::Abandoned => (
             "False",
             "Lost",
