@@ -10,7 +10,7 @@ build=(-p cnpool --locked --no-default-features)
 
 leaked=0
 packages=$(cargo tree "${build[@]}" -e normal --prefix none --format '{p}')
-for crate in cnpool-sim cnpool-world cnpool-apiserver; do
+for crate in cnpool-sim cnpool-world cnpool-apiserver cnpool-check; do
   if grep -q "^$crate v" <<<"$packages"; then
     echo "lab crate $crate is in the operator's build" >&2
     leaked=1

@@ -5,10 +5,12 @@ use std::io::Write;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 
-// `dev`, `bench` and `sim` are the lab (feature `lab`, on by default); the
+// `dev`, `bench`, `sim` and `check` are the lab (feature `lab`, on by default); the
 // operator image is built without them (Dockerfile).
 #[cfg(feature = "lab")]
 mod bench;
+#[cfg(feature = "lab")]
+mod check;
 #[cfg(feature = "lab")]
 mod dev;
 mod operator;
@@ -53,6 +55,10 @@ enum Command {
     /// invariants; exits non-zero when one is broken.
     #[cfg(feature = "lab")]
     Sim(sim::SimArgs),
+    /// Model-check the binding protocol: explore every reachable state of
+    /// a small cluster; exits non-zero when a property is violated.
+    #[cfg(feature = "lab")]
+    Check(check::CheckArgs),
 }
 
 #[tokio::main]
@@ -90,6 +96,15 @@ async fn main() -> anyhow::Result<()> {
             let passed = tokio::task::spawn_blocking(move || sim::run(args)).await??;
             if !passed {
                 std::process::exit(1);
+            }
+        }
+        #[cfg(feature = "lab")]
+        Command::Check(args) => {
+            // The checker's worker threads block: off the async runtime.
+            match tokio::task::spawn_blocking(move || check::run(args)).await?? {
+                check::Outcome::Holds => {}
+                check::Outcome::Violated => std::process::exit(1),
+                check::Outcome::Unfinished => std::process::exit(2),
             }
         }
     }

@@ -142,7 +142,7 @@ impl Metrics {
         );
         registry.register(
             "migrations",
-            "Migrations ended, per outcome (Completed, Refused, TargetLost)",
+            "Migrations ended, per outcome (Completed, Refused, TargetLost, Lost)",
             metrics.migrations.clone(),
         );
         registry.register(

@@ -54,7 +54,7 @@ impl Migrations {
         migration.serving = Some((target.to_owned(), now));
     }
 
-    /// Forgets the claim's migration: `outcome` is `Completed`, `Refused` or `TargetLost`,
+    /// Forgets the claim's migration: `outcome` is `Completed`, `Refused`, `TargetLost` or `Lost`,
     /// or `None` when the claim went away mid-migration.
     pub fn end(&self, claim_uid: &str, outcome: Option<&'static str>) {
         let mut migrations = self.by_claim();

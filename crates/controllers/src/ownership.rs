@@ -122,8 +122,9 @@ fn pointer(map: &str, key: &str) -> String {
 }
 
 /// The patch's operations, guard first; `None` when the pod read does not
-/// satisfy the transition's precondition.
-fn operations(pod: &Pod, transition: Transition<'_>, now: jiff::Timestamp) -> Option<Vec<Value>> {
+/// satisfy the transition's precondition. Public so that the model checker
+/// (crates/check) applies the very patch the controllers send.
+pub fn operations(pod: &Pod, transition: Transition<'_>, now: jiff::Timestamp) -> Option<Vec<Value>> {
     let phase = label(pod, labels::PHASE).and_then(PodPhase::parse);
     // An empty owner label owns nothing, as the cache's view reads it; the
     // `test`s below still pin the exact text read.

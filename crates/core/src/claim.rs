@@ -76,6 +76,7 @@
 //! | 7 | holds none; has a record (not the source); is not Lost; cache | `ConfirmLost(reason)` |
 //! | 8 | the same, read live | `MarkLost(reason)`, nothing to release (for `StoreMissing`, only on a store listing of this reconcile: else `RefreshStores`) |
 //! | 9 | holds none; is Lost; belongs to a claim set | `InSync`: the set replaces it |
+//! | 10m | holds none; is Lost; `spec.sourcePod` names a pod that is no longer ours (gone, released, another's) | `AbandonMigration`: clear `status.migrate`, then `spec.sourcePod`, condition `Migration=False` reason `Lost` |
 //! | 10 | holds none; is Lost; `spec.podName` set | `Rebind`: clear `spec.podName` |
 //! | 11 | holds none; `spec.podName` names an eligible pod | `AcquirePreBound`; `ConfirmCurrent` first unless the claim is read live or confirmed current |
 //! | 12 | holds none; `spec.podName` names a pod that is missing or not eligible | `ReportUnavailable` (not a loss) |
@@ -187,10 +188,20 @@
 //! A target lost before the source is released sends the claim back to its
 //! source (row 8t): the tenant still runs there, so losing the claim would
 //! cut it off for nothing. A source lost while no target is held yet makes
-//! the claim Lost (row 8s), and it takes a new target like any Lost claim
-//! (row 10 clears `spec.podName`): otherwise a migration waiting for room in
+//! the claim Lost (row 8s); it ends the migration (row 10m) and binds again
+//! like any Lost claim (row 10 clears `spec.podName`): otherwise a migration waiting for room in
 //! its pool would leave its tenant on a dead pod, shown Bound. A claim that
 //! lost both is Lost.
+//!
+//! A Lost claim whose source is no longer its own (released before the
+//! target was lost, gone, or another's) has nothing left to migrate from:
+//! it ends the migration (row 10m) before it binds again. A source is never
+//! a candidate of its own claim, so a claim that kept `spec.sourcePod`
+//! naming its released source would never take that pod back, Idle as it
+//! may be — and in a pool at `maxPods` it may be the only pod free, leaving
+//! the claim Lost for good (found by `cnpool check --config migration`,
+//! docs/model-checking.md). Without the source, the claim binds from the
+//! whole pool, its old source included.
 //!
 //! # Finalization
 //!
@@ -417,6 +428,11 @@ pub enum ClaimStep<'a> {
     WaitForDrain,
     /// The source is done with: clear `status.migrate`, then `spec.sourcePod`.
     CompleteMigration,
+    /// The claim is Lost and its migration source is no longer its own: the
+    /// migration ends without a pod to stay on. Clear `status.migrate`, then
+    /// `spec.sourcePod`, so that the claim binds again from the whole pool,
+    /// its old source included (row 10m).
+    AbandonMigration,
     /// The spec fails validation ([`ClaimView::invalid`]): say so in the
     /// `Bound` condition (reason `InvalidSpec`) and wait for a fix. Nothing
     /// is done because of the spec meanwhile: no pod is taken, rewritten,
@@ -748,6 +764,9 @@ fn bind<'a>(input: &ClaimInput<'a, '_>) -> ClaimStep<'a> {
         if claim.claim_set.is_some() {
             return ClaimStep::InSync;
         }
+        if source_let_go(input) {
+            return ClaimStep::AbandonMigration;
+        }
         if claim.pod_name.is_some() {
             return ClaimStep::Rebind;
         }
@@ -848,6 +867,13 @@ fn why_source_is_lost<'a>(input: &ClaimInput<'a, '_>) -> Option<(LossReason, Vec
     }
     let reason = trouble(input, source)?;
     Some((reason, vec![release_lost(source, reason)]))
+}
+
+/// Row 10m: whether the claim migrates from a pod that is no longer its
+/// own (gone, released, another's).
+fn source_let_go(input: &ClaimInput<'_, '_>) -> bool {
+    let Some(name) = input.claim.source_pod.as_deref() else { return false };
+    !input.source.is_some_and(|pod| pod.name == name && pod.is_owned_by(&input.claim.uid))
 }
 
 fn acquire_pre_bound<'a>(input: &ClaimInput<'a, '_>, requested: &str) -> ClaimStep<'a> {

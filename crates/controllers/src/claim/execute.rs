@@ -14,8 +14,8 @@ use kube::{Resource, ResourceExt};
 use super::Next;
 use super::observe::{Observed, Snapshot, candidate_pods};
 use super::status::{
-    self, BOUND_CONDITION, BackOnSource, MIGRATION_CONDITION, NO_IDLE_POD, changed_since_read, replace, replace_claim,
-    write_condition,
+    self, BOUND_CONDITION, BackOnSource, MIGRATION_CONDITION, MigrationEnd, NO_IDLE_POD, changed_since_read, replace,
+    replace_claim, write_condition,
 };
 use crate::context::Context;
 use crate::error::Error;
@@ -178,7 +178,8 @@ async fn perform<R: StoreRegistry>(
             Ok(Next::Done(Action::requeue(ctx.backoff.wait(Kind::Claim, key))))
         }
         ClaimStep::WaitForDrain => Ok(Next::Done(Action::requeue(ctx.backoff.wait(Kind::Claim, key)))),
-        ClaimStep::CompleteMigration => status::complete_migration(ctx, snap, view).await,
+        ClaimStep::CompleteMigration => status::end_migration(ctx, snap, view, MigrationEnd::Completed).await,
+        ClaimStep::AbandonMigration => status::end_migration(ctx, snap, view, MigrationEnd::Abandoned).await,
         ClaimStep::InSync => {
             ctx.backoff.settled(Kind::Claim, key);
             Ok(Next::Done(if view.deleting { Action::await_change() } else { Action::requeue(ctx.config.resync) }))

@@ -435,24 +435,46 @@ pub(super) async fn report_invalid<R>(ctx: &Context<R>, snap: &mut Snapshot, vie
     write_condition(ctx, snap, BOUND_CONDITION, "False", INVALID_SPEC, &message).await
 }
 
+/// How a migration whose source the claim no longer holds ends.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum MigrationEnd {
+    /// The claim runs on its target.
+    Completed,
+    /// The claim is Lost and its source is no longer its own: it binds
+    /// again from the pool, that pod included (the core's row 10m).
+    Abandoned,
+}
+
 /// Ends a migration whose source is done with: `status.migrate` cleared
-/// (and the target's bound time recorded), then `spec.sourcePod`.
-pub(super) async fn complete_migration<R>(
+/// (and, completed, the target's bound time recorded), then
+/// `spec.sourcePod`.
+pub(super) async fn end_migration<R>(
     ctx: &Context<R>,
     snap: &mut Snapshot,
     view: &ClaimView,
+    ending: MigrationEnd,
 ) -> Result<Next, Error> {
     let source = view.source_pod.clone().unwrap_or_default();
     let target = view.pod_name.clone().unwrap_or_default();
-    let message = format!("moved from pod {source} to pod {target}");
+    let (value, reason, message, outcome) = match ending {
+        MigrationEnd::Completed => {
+            ("True", "Migrated", format!("moved from pod {source} to pod {target}"), "Completed")
+        }
+        MigrationEnd::Abandoned => (
+            "False",
+            "Lost",
+            format!("lost its pods mid-migration (pod {source} is no longer the claim's): binding again from the pool"),
+            "Lost",
+        ),
+    };
     let now = ctx.now();
     let mut updated = snap.claim.clone();
     let status = updated.status.get_or_insert_with(CNClaimStatus::default);
     status.migrate = None;
-    if let Some(store) = status.store.as_mut() {
+    if let (MigrationEnd::Completed, Some(store)) = (ending, status.store.as_mut()) {
         store.bound_time.get_or_insert(Time(now));
     }
-    set_condition(status, MIGRATION_CONDITION, "True", "Migrated", &message, snap.claim.metadata.generation, now);
+    set_condition(status, MIGRATION_CONDITION, value, reason, &message, snap.claim.metadata.generation, now);
     if updated.status != snap.claim.status {
         match replace_status(ctx, &updated).await? {
             Some(written) => snap.claim = written,
@@ -465,8 +487,14 @@ pub(super) async fn complete_migration<R>(
         return Ok(changed_since_read(ctx, &snap.claim));
     };
     snap.claim = written;
-    tracing::info!(claim = %view.name, from = %source, to = %target, "claim migrated");
-    ctx.migrations.end(&view.uid, Some("Completed"));
-    ctx.event(&snap.claim.object_ref(&()), false, "Migrated", "Migrate", message).await;
+    ctx.migrations.end(&view.uid, Some(outcome));
+    match ending {
+        MigrationEnd::Completed => {
+            tracing::info!(claim = %view.name, from = %source, to = %target, "claim migrated");
+            ctx.event(&snap.claim.object_ref(&()), false, "Migrated", "Migrate", message).await;
+        }
+        // The loss had its Warning Event.
+        MigrationEnd::Abandoned => tracing::info!(claim = %view.name, from = %source, "lost claim ends its migration"),
+    }
     Ok(Next::Again)
 }

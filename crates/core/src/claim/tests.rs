@@ -362,6 +362,40 @@ fn a_migration_that_lost_its_source_too_is_lost() {
     assert_eq!(world.step(), ClaimStep::MarkLost { reason: LossReason::PodFailed, release: vec![retire] });
 }
 
+// Row 10m: found by the model checker (cnpool check --config migration).
+#[test]
+fn a_lost_claim_whose_source_was_released_ends_its_migration_and_can_retake_that_pod() {
+    // The target is lost after the source was released (row 22): the source
+    // has drained back to Idle, and it is the only pod free.
+    let world = migrating_to(PodView { deleting: true, ..idle_pod("target", 2) });
+    let world = World {
+        owned: vec![world.pod("target").clone()],
+        pods: vec![idle_pod("source", 1), world.pod("target").clone()],
+        ..world
+    }
+    .live();
+    let lost = ClaimStep::MarkLost { reason: LossReason::PodDeleting, release: vec![drain(world.pod("target"))] };
+    assert_eq!(world.step(), lost, "no source to fall back to: the tenant has lost its CN");
+    let lost = ClaimView { phase: Some(ClaimPhase::Lost), ..world.claim.clone() };
+    let world = World::new(lost).with_pod(idle_pod("source", 1));
+    assert_eq!(world.step(), ClaimStep::AbandonMigration, "the released source no longer pins the claim");
+    let ended = World { claim: ClaimView { source_pod: None, ..world.claim.clone() }, ..world };
+    assert_eq!(ended.step(), ClaimStep::Rebind);
+    let rebinding = World { claim: ClaimView { pod_name: None, ..ended.claim.clone() }, ..ended }.confirmed();
+    assert_eq!(rebinding.step(), ClaimStep::Acquire { candidates: vec![rebinding.pod("source")] });
+}
+
+#[test]
+fn a_lost_claim_keeps_a_source_that_is_still_its_own() {
+    // The target was lost while the source was deleting: the claim is Lost,
+    // and the source is released only once a new target serves (row 22).
+    let world = migrating_to(idle_pod("target", 2));
+    let source = PodView { deleting: true, ..world.pod("source").clone() };
+    let lost = ClaimView { phase: Some(ClaimPhase::Lost), ..world.claim.clone() };
+    let world = World::new(lost).holding(source);
+    assert_eq!(world.step(), ClaimStep::Rebind);
+}
+
 // Row 5.
 #[test]
 fn adopt_keeps_the_named_pod_and_releases_the_others() {
@@ -632,11 +666,13 @@ fn a_migration_waiting_for_a_target_loses_a_deleted_source() {
 }
 
 #[test]
-fn a_migration_that_lost_its_source_takes_a_target_as_a_lost_claim() {
+fn a_migration_that_lost_its_source_ends_and_binds_again_as_a_lost_claim() {
     let world = waiting_for_a_target();
     let lost = ClaimView { phase: Some(ClaimPhase::Lost), ..world.claim.clone() };
     let world = World { claim: lost, owned: vec![], pods: vec![], ..world }.with_pod(idle_pod("spare", 3)).confirmed();
-    assert_eq!(world.step(), ClaimStep::Acquire { candidates: vec![world.pod("spare")] });
+    assert_eq!(world.step(), ClaimStep::AbandonMigration);
+    let ended = World { claim: ClaimView { source_pod: None, ..world.claim.clone() }, ..world };
+    assert_eq!(ended.step(), ClaimStep::Acquire { candidates: vec![ended.pod("spare")] });
 }
 
 #[test]
@@ -1190,6 +1226,32 @@ proptest! {
             let source = world.claim.source_pod.as_deref().and_then(|name| world.pods.iter().find(|pod| pod.name == name));
             prop_assert!(source.is_some_and(|pod| ours(&world, pod) && !pod.deleting && !pod.failed));
         }
+    }
+
+    #[test]
+    fn a_lost_claim_never_waits_on_a_source_it_no_longer_holds(world in any_world(), source in 0..POD_NAMES.len() + 1) {
+        // A Lost standalone claim holding nothing, migrating from a pod that
+        // is not its own (or gone): were it to keep that pod as its source,
+        // it could never take it back, the one Idle pod as it may be.
+        let uid = world.claim.uid.clone();
+        let mut world = world;
+        for pod in world.pods.iter_mut().chain(world.owned.iter_mut()) {
+            if pod.claim_uid.as_deref() == Some(uid.as_str()) {
+                pod.claim_uid = None;
+            }
+        }
+        let source = world.pods.get(source).map_or_else(|| "gone".to_owned(), |pod| pod.name.clone());
+        world.claim = ClaimView {
+            phase: Some(ClaimPhase::Lost),
+            source_pod: Some(source),
+            claim_set: None,
+            deleting: false,
+            has_finalizer: true,
+            invalid: None,
+            created: None,
+            ..world.claim.clone()
+        };
+        prop_assert_eq!(world.step(), ClaimStep::AbandonMigration);
     }
 
     #[test]

@@ -1,0 +1,136 @@
+//! The named cluster configurations: what exists at the start and how many
+//! faults and requests the world may inject. The budgets are what keep each
+//! state space finite.
+
+use std::collections::BTreeMap;
+
+use cnpool_api::{ClaimPhase, PodPhase, labels};
+
+use crate::Error;
+use crate::model::Budget;
+use crate::objects::{ClaimObj, PodObj, StoreRec};
+
+/// Every configuration's name.
+pub const NAMES: [&str; 8] =
+    ["two-replicas", "migration", "cutover", "small", "race", "pair", "prebound", "lost-migration"];
+
+/// A cluster to explore.
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub name: &'static str,
+    pub replicas: usize,
+    pub pods: Vec<PodObj>,
+    pub claims: Vec<ClaimObj>,
+    /// HAKeeper's stores at the start, by pod name.
+    pub stores: BTreeMap<String, StoreRec>,
+    pub budget: Budget,
+    /// The target a migration names (`spec.podName`); `None` lets the
+    /// operator choose.
+    pub migration_target: Option<String>,
+    /// Whether a reconcile may also stop after its first write (a failed
+    /// request or a crash in the middle), beside running whole.
+    pub partial_reconciles: bool,
+}
+
+impl Config {
+    pub fn named(name: &str) -> Result<Self, Error> {
+        match name {
+            "two-replicas" => Ok(two_replicas()),
+            "migration" => Ok(migration()),
+            "cutover" => Ok(cutover()),
+            "small" => Ok(small()),
+            "race" => Ok(pool_of("race", 2, 1, 2, Budget::default())),
+            "pair" => Ok(pair()),
+            "prebound" => Ok(prebound()),
+            "lost-migration" => Ok(lost_migration()),
+            _ => Err(Error::UnknownConfig(name.to_owned())),
+        }
+    }
+}
+
+/// Idle pods `p0`… whose CNs are registered and released (Draining, no
+/// labels), and new claims `c0`….
+fn pool_of(name: &'static str, replicas: usize, pods: usize, claims: usize, budget: Budget) -> Config {
+    let pods: Vec<PodObj> = (0..pods).map(|i| PodObj::new(&format!("p{i}"), 1, PodPhase::Idle)).collect();
+    Config {
+        name,
+        replicas,
+        stores: pods.iter().map(|pod| (pod.name.clone(), StoreRec::draining())).collect(),
+        pods,
+        claims: (0..claims).map(|i| ClaimObj::new(&format!("c{i}"), 1)).collect(),
+        budget,
+        migration_target: None,
+        partial_reconciles: false,
+    }
+}
+
+/// Two replicas binding two claims to two pods from lagging caches, with a
+/// claim deleted and recreated under its name and a replica crash.
+///
+/// Reconciles run whole here: with them also stopping after a write the
+/// space did not finish in 10 minutes on the 2-core machine (config `pair`
+/// and `small` explore that with one claim).
+fn two_replicas() -> Config {
+    pool_of("two-replicas", 2, 2, 2, Budget { crashes: 1, claim_deletions: 1, ..Budget::default() })
+}
+
+/// For CI: two replicas, one claim, two pods; the claim is deleted and
+/// recreated under its name once. (`race`: two replicas, two new claims,
+/// one pod, no fault.)
+fn small() -> Config {
+    pool_of("small", 2, 2, 1, Budget { claim_deletions: 1, ..Budget::default() })
+}
+
+/// Two replicas, one claim, two pods, no fault but reconciles that stop
+/// after a write: both replicas may take a pod for the claim.
+fn pair() -> Config {
+    let mut config = pool_of("pair", 2, 2, 1, Budget::default());
+    config.partial_reconciles = true;
+    config
+}
+
+/// One replica, two claims, three pods; one claim is asked to migrate to
+/// `p2`, which may be taken, deleted or failed first.
+fn migration() -> Config {
+    let mut config = pool_of("migration", 1, 3, 2, Budget { migrations: 1, pod_deletions: 1, ..Budget::default() });
+    config.migration_target = Some("p2".to_owned());
+    config
+}
+
+/// The Go operator's state at cutover: pod `p0` bound by it to claim `c0`
+/// (`claimed-by`, no `claim-uid`), and both `c0` and `c1` recorded by it as
+/// Bound to `p0` (the incident's state); `p1` is Idle.
+fn cutover() -> Config {
+    let mut config = pool_of("cutover", 2, 2, 2, Budget { crashes: 1, ..Budget::default() });
+    let bound = &mut config.pods[0];
+    bound.labels.insert(labels::PHASE.to_owned(), PodPhase::Bound.as_str().to_owned());
+    bound.labels.insert(labels::CLAIMED_BY.to_owned(), "c0".to_owned());
+    for claim in &mut config.claims {
+        claim.pod_name = Some("p0".to_owned());
+        claim.phase = Some(ClaimPhase::Bound);
+        claim.status_pod = Some(("p0".to_owned(), None));
+    }
+    let serving = StoreRec { state: cnpool_registry::WorkState::Working.code(), labels: config.claims[0].cn_labels() };
+    config.stores.insert("p0".to_owned(), serving);
+    config
+}
+
+/// One replica, two claims, two pods; `c0` was created asking for `p0` by
+/// name (a pre-bound request), which `c1` may take first: `c0` then waits
+/// for it, still pointing at it, and `c1` must keep its own store's labels.
+fn prebound() -> Config {
+    let mut config = pool_of("prebound", 1, 2, 2, Budget::default());
+    config.claims[0].pod_name = Some("p0".to_owned());
+    config
+}
+
+/// One replica, one claim, two pods: the claim migrates to `p1`, which may
+/// be deleted after the source `p0` was released. The claim is then Lost,
+/// and `p0`, Idle again, is the only pod it can bind to (the finding of
+/// `migration`, shrunk for the tests).
+fn lost_migration() -> Config {
+    let mut config =
+        pool_of("lost-migration", 1, 2, 1, Budget { migrations: 1, pod_deletions: 1, ..Budget::default() });
+    config.migration_target = Some("p1".to_owned());
+    config
+}
