@@ -4,14 +4,14 @@
 //! controllers and a controller's own status write costs no extra
 //! reconcile of its neighbours.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use cnpool_api::{CNClaim, CNClaimSet, CNPool, ClaimPhase, labels};
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 
-use crate::cache::{Change, controlling_set};
+use crate::cache::{Change, controlling_set, waits_for_pod};
 use crate::context::Context;
 use crate::key::{Key, key_of};
 
@@ -103,8 +103,8 @@ pub fn pod_changed<R>(ctx: &Context<R>, change: Change<'_, Pod>) {
         wake_claims_of(ctx, &namespace, &name, [old, new].into_iter().flatten(), echo);
         let became_idle = new.and_then(|pod| label(pod, labels::PHASE)) == Some("Idle")
             && old.and_then(|pod| label(pod, labels::PHASE)) != Some("Idle");
-        if became_idle && let Some(pool) = new.and_then(|pod| label(pod, labels::POOL_NAME)) {
-            wake_waiting_claims(ctx, &namespace, pool);
+        if became_idle && let Some(pod) = new {
+            wake_waiting_claims(ctx, pod);
         }
     }
 }
@@ -157,27 +157,34 @@ pub fn node_changed<R>(ctx: &Context<R>, node: &str) {
     }
 }
 
-/// A pod turned Idle: wake as many claims of its pool that hold nothing as
-/// the pool has Idle pods, so that new pods are taken at once rather than at
-/// the claims' next backoff. (The runtime merges repeated wakes of a claim.)
-fn wake_waiting_claims<R>(ctx: &Context<R>, namespace: &str, pool: &str) {
-    let idle = ctx.pods.in_pool_phase(namespace, pool, "Idle").len();
-    let nominated = ctx.claims.in_pool(namespace, pool);
-    let unnominated = ctx.claims.in_pool(namespace, "");
+/// The Idle pod `pod` can be taken: wake as many claims that wait for a pod
+/// like it as its pool has Idle pods, so that new pods are taken at once
+/// rather than at the claims' next backoff. Only claims that could take it
+/// count: a wake spent on an invalid claim, or one whose selector does not
+/// match, would leave a waiting one asleep. (The runtime merges repeated
+/// wakes of a claim.)
+fn wake_waiting_claims<R>(ctx: &Context<R>, pod: &Pod) {
+    let (namespace, _) = key_of(pod);
+    let Some(pool) = label(pod, labels::POOL_NAME) else { return };
+    let no_labels = BTreeMap::new();
+    let pod_labels = pod.metadata.labels.as_ref().unwrap_or(&no_labels);
+    let idle = ctx.pods.in_pool_phase(&namespace, pool, "Idle").len();
+    let nominated = ctx.claims.in_pool(&namespace, pool);
+    let unnominated = ctx.claims.in_pool(&namespace, "");
     let waiting = nominated
         .iter()
         .chain(&unnominated)
-        .filter(|claim| claim.metadata.deletion_timestamp.is_none())
         .filter(|claim| {
             // A claim that took a pod its cache does not show yet is not
-            // waiting: a wake spent on it would leave a waiting one asleep.
-            claim
+            // waiting either.
+            let holds = claim
                 .uid()
-                .is_some_and(|uid| ctx.pods.owned_by(&uid).is_empty() && ctx.claims_took_lately.pod(&uid).is_none())
+                .is_none_or(|uid| !ctx.pods.owned_by(&uid).is_empty() || ctx.claims_took_lately.pod(&uid).is_some());
+            waits_for_pod(claim, pool, pod_labels, holds)
         })
         .take(idle);
     for claim in waiting {
-        ctx.wake.claim(namespace, &claim.name_any());
+        ctx.wake.claim(&namespace, &claim.name_any());
     }
 }
 
@@ -338,7 +345,7 @@ pub fn store_changed<R>(ctx: &Context<R>, uuid: &str, written_for: Option<&Key>)
             && let Some(pool) = label(&pod, labels::POOL_NAME)
         {
             ctx.wake.pool(&namespace, pool);
-            wake_waiting_claims(ctx, &namespace, pool);
+            wake_waiting_claims(ctx, &pod);
         }
         if let Some(claim) = label(&pod, labels::CLAIM_UID).and_then(|uid| ctx.claims.by_uid(uid)) {
             ctx.wake.claim_store_changed(&namespace, &claim.name_any());

@@ -97,7 +97,7 @@
 //! | 20u | the same pod, of its pool's current template; phase Outdated | `MarkBound` |
 //! | 20r | phase Outdated; standalone; the pool's rollout allows one more migration | `StartMigration(Outdated)` |
 //! | 20 | holds its recorded pod, whose store serves; phase Bound or Outdated; no `sourcePod` | `InSync` (an Outdated member of a claim set waits for the set's surge) |
-//! | i | its spec fails validation ([`ClaimView::invalid`]), and rows 5–25 name a take, `ReadCandidates`, `ConfirmCurrent`, `AwaitAcquired`, `ReportUnavailable`, `AdoptLegacy`, `RewriteBinding`, `Rebind`, a migration step (`StartMigration`, `ConfirmRefusal`, `RefuseMigration`, `FallBackToSource`, `ReleaseSource`), `MarkBound` or `InSync` | `ReportInvalid`: condition `Bound=False`, reason `InvalidSpec`; every other step (reads, a confirmed loss, `Record`, `WaitForStore`, the end of a migration already under way) goes on, so the claim keeps what it holds |
+//! | i | its spec fails validation ([`ClaimView::invalid`]), and rows 5–25 name a take, `ReadCandidates`, `ConfirmCurrent`, `AwaitAcquired`, `ReportUnavailable`, `AdoptLegacy`, `RewriteBinding`, `Rebind`, `StartMigration`, `MarkBound` or `InSync` | `ReportInvalid`: condition `Bound=False`, reason `InvalidSpec`; every other step (reads, a confirmed loss, `Record`, `WaitForStore`, and the end of a migration already under way: `ConfirmRefusal`, `RefuseMigration`, `FallBackToSource`, `ReleaseSource`, the drain, `CompleteMigration`) goes on, so the claim keeps what it holds and a lost target is not left recorded |
 //!
 //! A claim with `spec.sourcePod` set migrates (DESIGN §2, "Migrate"): it
 //! keeps its source while it takes a target, named in `spec.podName` or, when
@@ -627,11 +627,15 @@ impl ClaimStep<'_> {
 }
 
 /// What an invalid claim may still do: read, confirm and record a loss,
-/// record what it holds, wait for its store, finish a migration whose
-/// source is already released. Every step taken because of the spec (a
-/// take, a rewrite of the pod's labels, a rebind, a migration) becomes
-/// [`ClaimStep::ReportInvalid`], and so does showing it Bound or in sync:
-/// its condition says why it is not served as asked.
+/// record what it holds, wait for its store, and end a migration already
+/// under way (fall back to its source when the target is lost, refuse an
+/// unavailable target, release the source once the target serves, report
+/// the drain): a migration left half done would keep a lost target
+/// recorded, or two pods held, until the spec is fixed. Every step taken
+/// because of the spec (a take, a rewrite of the pod's labels, a rebind,
+/// the start of a migration) becomes [`ClaimStep::ReportInvalid`], and so
+/// does showing it Bound or in sync: its condition says why it is not
+/// served as asked.
 fn step_of_invalid_claim(step: ClaimStep<'_>) -> ClaimStep<'_> {
     match step {
         ClaimStep::Acquire { .. }
@@ -644,10 +648,6 @@ fn step_of_invalid_claim(step: ClaimStep<'_>) -> ClaimStep<'_> {
         | ClaimStep::RewriteBinding(_)
         | ClaimStep::Rebind
         | ClaimStep::StartMigration(..)
-        | ClaimStep::ConfirmRefusal
-        | ClaimStep::RefuseMigration(_)
-        | ClaimStep::FallBackToSource { .. }
-        | ClaimStep::ReleaseSource(_)
         | ClaimStep::MarkBound
         | ClaimStep::InSync => ClaimStep::ReportInvalid,
         step => step,

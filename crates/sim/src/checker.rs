@@ -1,22 +1,42 @@
 //! The invariants of DESIGN §3, checked against the cluster as the API
 //! server committed it (every write, in order) and against HAKeeper.
 //!
-//! I1, the pod cap of I6 and a claim's going Lost (I2) are checked on every
-//! committed write; the bounded ones (I2, I3, I4, I7) each second of
-//! virtual time, a condition being a violation once it has lasted longer
-//! than its bound; I5 and the idle count of I6 once the run has settled.
+//! I1, the pod cap of I6, a claim's going Lost (I2) and every change of a
+//! pod's owner labels (I8) are checked on every committed write; the
+//! bounded ones (I2, I3, I4, I7) each second of virtual time, a condition
+//! being a violation once it has lasted longer than its bound; I5 and the
+//! idle count of I6 once the run has settled.
+//!
+//! I8 as checked: a pod's `claim-uid` may become a non-empty value U only
+//! by a guarded transition (an operator's JSON patch whose leading `test`
+//! operations pin `phase`, `claim-uid` and `claimed-by`) that is U's own
+//! claim's acquire — the version written over was Idle with neither
+//! `claim-uid` nor `claimed-by`, and the write sets `claimed-by` to that
+//! claim's name — or its adopt-legacy — the version written over had no
+//! `claim-uid` and `claimed-by` that claim's name, which stays. U must name
+//! a claim that existed at some time of the run. With cnpool's lock, every
+//! other change of `claim-uid` or `claimed-by` (a release, a rewrite) must
+//! be a guarded transition too. And no one write may set an owner or
+//! phase key (`phase`, `claim-uid`, `claimed-by`, `owner`, `claimset`) to
+//! two values: the transition set it, and something of a spec overwrote
+//! it. The write behind a commit is the one the gate recorded under the
+//! resourceVersion it committed ([`Ledger::pod_write`]).
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 use std::time::Duration;
 
-use cnpool_api::labels;
+use cnpool_api::selector::selector_matches;
+use cnpool_api::validation::{validate_claim_set_spec, validate_claim_spec, validate_pool_spec};
+use cnpool_api::{CNClaimSetSpec, CNClaimSpec, CNPoolSpec, labels};
 use cnpool_apiserver::{Event, EventType};
 use cnpool_registry::WorkState;
 use cnpool_registry::memory::MemoryRegistry;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::ledger::Ledger;
+use crate::ledger::{Ledger, PodWrite};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 pub enum Invariant {
@@ -27,11 +47,20 @@ pub enum Invariant {
     I5,
     I6,
     I7,
+    I8,
 }
 
 impl Invariant {
-    pub const ALL: [Invariant; 7] =
-        [Invariant::I1, Invariant::I2, Invariant::I3, Invariant::I4, Invariant::I5, Invariant::I6, Invariant::I7];
+    pub const ALL: [Invariant; 8] = [
+        Invariant::I1,
+        Invariant::I2,
+        Invariant::I3,
+        Invariant::I4,
+        Invariant::I5,
+        Invariant::I6,
+        Invariant::I7,
+        Invariant::I8,
+    ];
 
     pub fn title(self) -> &'static str {
         match self {
@@ -42,6 +71,7 @@ impl Invariant {
             Invariant::I5 => "quiet",
             Invariant::I6 => "bounded pool",
             Invariant::I7 => "registry agrees",
+            Invariant::I8 => "inputs",
         }
     }
 }
@@ -88,6 +118,8 @@ impl OwnerLabel {
 /// The bounds of DESIGN §3 and the run's parameters they depend on.
 #[derive(Clone, Debug)]
 pub struct Bounds {
+    /// The scenario's pool: I4's capacity and I6's idle count are its.
+    pub pool: String,
     pub max_pods: u32,
     pub max_idle: u32,
     /// The world's pod start delay (I4 allows it on top of 30 s).
@@ -109,9 +141,21 @@ const MIGRATION_LOG_LINES: usize = 10;
 /// claim's own watch event of that write reconciles it once more.
 const MIGRATION_TAIL: Duration = Duration::from_secs(5);
 
+/// A pool as the checker follows it.
+#[derive(Clone, Debug)]
+struct PoolRecord {
+    valid: bool,
+    /// The labels it gives its pods (template, `podLabels`, `pool-name`):
+    /// what a claim's selector must match for the pool to serve it.
+    labels: BTreeMap<String, String>,
+    /// Its `maxPods` when valid and set: I6's cap on its pods.
+    max_pods: Option<u32>,
+}
+
 #[derive(Clone, Debug, Default)]
 struct PodRecord {
     uid: String,
+    pool: String,
     phase: String,
     claim_uid: Option<String>,
     claimed_by: Option<String>,
@@ -132,6 +176,12 @@ struct ClaimRecord {
     recorded_pod_uid: Option<String>,
     deleting: bool,
     cn_labels: BTreeMap<String, Vec<String>>,
+    /// What decides whether the claim is meant to bind (I4): its spec
+    /// passes the controllers' validation, and its selector and pool.
+    valid: bool,
+    selector: LabelSelector,
+    pool_name: String,
+    claim_set: Option<String>,
 }
 
 impl ClaimRecord {
@@ -147,6 +197,19 @@ impl ClaimRecord {
             return None;
         }
         self.recorded_pod.as_deref().or(Some(self.spec_pod.as_str()).filter(|pod| !pod.is_empty()))
+    }
+
+    /// Whether the controllers are meant to bind the claim (I4): its spec,
+    /// its pool's and its claim set's pass the validation the controllers
+    /// run before they act (an invalid one gets `InvalidSpec` and nothing
+    /// else), and its selector matches the labels its pool gives its pods.
+    fn meant_to_bind(&self, namespace: &str, pools: &BTreeMap<Key, PoolRecord>, sets: &BTreeMap<Key, bool>) -> bool {
+        let pool = pools.get(&(namespace.to_owned(), self.pool_name.clone()));
+        let set_valid = self
+            .claim_set
+            .as_ref()
+            .is_none_or(|set| sets.get(&(namespace.to_owned(), set.clone())).copied().unwrap_or(true));
+        self.valid && set_valid && pool.is_some_and(|pool| pool.valid && selector_matches(&self.selector, &pool.labels))
     }
 
     /// The pods the claim points at: its spec's pod and a migration's source.
@@ -269,6 +332,7 @@ fn pod_record(object: &Value, owner_label: OwnerLabel) -> PodRecord {
     let (namespace, name) = key_of(object);
     PodRecord {
         uid: str_at(object, "/metadata/uid").unwrap_or_default().to_owned(),
+        pool: label(object, labels::POOL_NAME).unwrap_or_default(),
         phase: label(object, labels::PHASE).unwrap_or_default(),
         claim_uid: label(object, labels::CLAIM_UID).filter(|uid| !uid.is_empty()),
         claimed_by: label(object, labels::CLAIMED_BY).filter(|name| !name.is_empty()),
@@ -292,7 +356,16 @@ fn claim_record(object: &Value) -> ClaimRecord {
             Some((key, values.filter_map(|v| v.as_str().map(str::to_owned)).collect()))
         })
         .collect();
+    let spec = object.get("spec").cloned().map(serde_json::from_value::<CNClaimSpec>);
+    let (valid, selector) = match spec {
+        Some(Ok(spec)) => (validate_claim_spec(&spec).is_ok(), spec.selector),
+        _ => (false, LabelSelector::default()),
+    };
     ClaimRecord {
+        valid,
+        selector,
+        pool_name: str_at(object, "/spec/poolName").unwrap_or_default().to_owned(),
+        claim_set: label(object, labels::CLAIM_SET).filter(|set| !set.is_empty()),
         uid: str_at(object, "/metadata/uid").unwrap_or_default().to_owned(),
         phase: str_at(object, "/status/phase").unwrap_or_default().to_owned(),
         spec_pod: str_at(object, "/spec/podName").unwrap_or_default().to_owned(),
@@ -304,11 +377,89 @@ fn claim_record(object: &Value) -> ClaimRecord {
     }
 }
 
+fn pool_record(object: &Value) -> PoolRecord {
+    let (_, name) = key_of(object);
+    let spec = object.get("spec").cloned().map(serde_json::from_value::<CNPoolSpec>);
+    let Some(Ok(spec)) = spec else {
+        return PoolRecord { valid: false, labels: BTreeMap::new(), max_pods: None };
+    };
+    let valid = validate_pool_spec(&spec).is_ok();
+    let mut pod_labels = spec.template.metadata.as_ref().and_then(|meta| meta.labels.clone()).unwrap_or_default();
+    pod_labels.extend(spec.pod_labels.clone());
+    pod_labels.insert(labels::POOL_NAME.to_owned(), name);
+    let max_pods = spec.strategy.scale_strategy.max_pods.and_then(|max| u32::try_from(max).ok()).filter(|_| valid);
+    PoolRecord { valid, labels: pod_labels, max_pods }
+}
+
+fn claim_set_valid(object: &Value) -> bool {
+    let spec = object.get("spec").cloned().map(serde_json::from_value::<CNClaimSetSpec>);
+    matches!(spec, Some(Ok(spec)) if validate_claim_set_spec(&spec).is_ok())
+}
+
+/// The owner and phase labels of a pod version (none for no version); an
+/// empty owner value is no owner, as in the controllers' cache and guard.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct OwnerLabels {
+    phase: Option<String>,
+    claim_uid: Option<String>,
+    claimed_by: Option<String>,
+}
+
+impl OwnerLabels {
+    fn of(object: Option<&Value>) -> Self {
+        let Some(object) = object else { return Self::default() };
+        Self {
+            phase: label(object, labels::PHASE),
+            claim_uid: label(object, labels::CLAIM_UID).filter(|uid| !uid.is_empty()),
+            claimed_by: label(object, labels::CLAIMED_BY).filter(|name| !name.is_empty()),
+        }
+    }
+
+    fn describe(&self) -> String {
+        match (&self.claim_uid, &self.claimed_by) {
+            (None, None) => "no owner".to_owned(),
+            (Some(uid), None) => format!("claim-uid {uid}"),
+            (None, Some(name)) => format!("claimed-by {name} (no claim-uid)"),
+            (Some(uid), Some(name)) => format!("claim-uid {uid} (claimed-by {name})"),
+        }
+    }
+}
+
+/// A commit that changed a pod's owner labels, kept until the write
+/// behind it is known.
+#[derive(Clone, Debug)]
+struct OwnerChange {
+    resource_version: u64,
+    at: Duration,
+    pod: String,
+    before: OwnerLabels,
+    after: OwnerLabels,
+}
+
+/// The keys a transition writes and no spec may overwrite.
+const TRANSITION_KEYS: [&str; 5] =
+    [labels::PHASE, labels::CLAIM_UID, labels::CLAIMED_BY, labels::OWNER, labels::CLAIM_SET];
+
 /// Watches one run.
 pub struct Checker {
     bounds: Bounds,
+    /// Where the gate records the write behind each pod commit (I8).
+    ledger: Arc<Ledger>,
     pods: BTreeMap<Key, PodRecord>,
     claims: BTreeMap<Key, ClaimRecord>,
+    /// Every claim the run ever had, by UID: an owner must name one (I8).
+    claims_ever: BTreeMap<String, Key>,
+    pools: BTreeMap<Key, PoolRecord>,
+    /// Claim sets, and whether their spec is valid.
+    claim_sets: BTreeMap<Key, bool>,
+    /// Owner changes whose write the gate had not recorded yet when they
+    /// were committed; judged at the next tick.
+    pending: Vec<OwnerChange>,
+    /// The last commit's time and resourceVersion, and the last
+    /// resourceVersion committed before that time: every write up to that
+    /// one has been recorded by the gate and judged.
+    latest: (Duration, u64),
+    judged_through: u64,
     /// The bounded conditions holding now.
     episodes: Episodes,
     /// Stores of deleted pods, and when the pod went.
@@ -319,11 +470,18 @@ pub struct Checker {
 }
 
 impl Checker {
-    pub fn new(bounds: Bounds) -> Self {
+    pub fn new(bounds: Bounds, ledger: Arc<Ledger>) -> Self {
         Self {
             bounds,
+            ledger,
             pods: BTreeMap::new(),
             claims: BTreeMap::new(),
+            claims_ever: BTreeMap::new(),
+            pools: BTreeMap::new(),
+            claim_sets: BTreeMap::new(),
+            pending: Vec::new(),
+            latest: (Duration::ZERO, 0),
+            judged_through: 0,
             episodes: Episodes::default(),
             removed_stores: BTreeMap::new(),
             migrations: Vec::new(),
@@ -339,9 +497,13 @@ impl Checker {
         self.violations.push(Violation { invariant, at_seconds: now.as_secs_f64(), detail });
     }
 
-    /// Applies one committed write and checks I1 and the pod cap.
+    /// Applies one committed write and checks I1, I8 and the pod cap.
     pub fn commit(&mut self, event: &Event, now: Duration) {
         let key = key_of(&event.object);
+        if now > self.latest.0 {
+            self.judged_through = self.latest.1;
+        }
+        self.latest = (now, event.resource_version);
         match event.storage.plural.as_str() {
             "pods" if event.event_type == EventType::Deleted => {
                 self.episodes.forget(&[Subject::Pod, Subject::PodStore], &key.1);
@@ -355,13 +517,31 @@ impl Checker {
             "pods" => {
                 let record = pod_record(&event.object, self.bounds.owner_label);
                 self.migrating_pod_changed(&key, Some(&record));
+                let pool = record.pool.clone();
                 self.pods.insert(key.clone(), record);
                 self.check_owners(&key, now);
-                let pods = self.pods.len();
-                if pods > self.bounds.max_pods as usize {
-                    let detail = format!("{pods} pods exist, maxPods is {}", self.bounds.max_pods);
-                    self.violate(Invariant::I6, now, detail);
+                self.owner_labels_written(event, &key.1, now);
+                let cap = if pool == self.bounds.pool {
+                    Some(self.bounds.max_pods)
+                } else {
+                    self.pools.get(&(key.0.clone(), pool.clone())).and_then(|pool| pool.max_pods)
+                };
+                let pods = self.pods.values().filter(|pod| pod.pool == pool).count();
+                if let Some(cap) = cap.filter(|cap| pods > *cap as usize) {
+                    self.violate(Invariant::I6, now, format!("{pods} pods of pool {pool} exist, maxPods is {cap}"));
                 }
+            }
+            "cnpools" if event.event_type == EventType::Deleted => {
+                self.pools.remove(&key);
+            }
+            "cnpools" => {
+                self.pools.insert(key, pool_record(&event.object));
+            }
+            "cnclaimsets" if event.event_type == EventType::Deleted => {
+                self.claim_sets.remove(&key);
+            }
+            "cnclaimsets" => {
+                self.claim_sets.insert(key, claim_set_valid(&event.object));
             }
             "cnclaims" if event.event_type == EventType::Deleted => {
                 self.episodes.forget(&[Subject::Claim, Subject::ClaimStore], &key.1);
@@ -382,6 +562,7 @@ impl Checker {
                     self.episodes.end(Invariant::I4, Subject::Claim, &key.1);
                 }
                 self.follow_migration(&key, &record, now);
+                self.claims_ever.insert(record.uid.clone(), key.clone());
                 self.claims.insert(key.clone(), record);
                 self.check_bound_once(&key, now);
             }
@@ -491,6 +672,86 @@ impl Checker {
         judged
     }
 
+    /// I8 on a pod commit: judges a change of its owner labels, and any
+    /// write that set an owner or phase key twice, against the write the
+    /// gate recorded for it; a change whose write is not recorded yet
+    /// waits for the next tick.
+    fn owner_labels_written(&mut self, event: &Event, pod: &str, now: Duration) {
+        let write = self.ledger.take_pod_write(event.resource_version);
+        let change = OwnerChange {
+            resource_version: event.resource_version,
+            at: now,
+            pod: pod.to_owned(),
+            before: OwnerLabels::of(event.old.as_ref()),
+            after: OwnerLabels::of(Some(&event.object)),
+        };
+        match write {
+            Some(write) => self.judge_owner_change(&change, Some(&write), now),
+            None if self.owner_changed(&change) => self.pending.push(change),
+            None => {}
+        }
+    }
+
+    /// Whether `change` moved what I8 judges: `claim-uid`, and with
+    /// cnpool's lock `claimed-by` too (the legacy model's lock is
+    /// `claimed-by`, which it writes without guards by design).
+    fn owner_changed(&self, change: &OwnerChange) -> bool {
+        change.before.claim_uid != change.after.claim_uid
+            || (self.bounds.owner_label == OwnerLabel::ClaimUid && change.before.claimed_by != change.after.claimed_by)
+    }
+
+    /// I8 on one commit of a pod, with the write behind it if known.
+    fn judge_owner_change(&mut self, change: &OwnerChange, write: Option<&PodWrite>, now: Duration) {
+        let writer = write.map_or_else(|| "a write the gate did not see".to_owned(), PodWrite::describe);
+        let pod = &change.pod;
+        for key in TRANSITION_KEYS {
+            let values = write.map(|write| write.values_set(key)).unwrap_or_default();
+            if let Some(other) = values.iter().find(|value| **value != values[0]) {
+                let detail = format!(
+                    "pod {pod}: one write ({writer}) set {key} to {} and then {other}: labels from a spec \
+                     overwrote the transition's own",
+                    values[0]
+                );
+                self.violate(Invariant::I8, now, detail);
+            }
+        }
+        if !self.owner_changed(change) {
+            return;
+        }
+        let (before, after) = (change.before.describe(), change.after.describe());
+        let new_uid = change.after.claim_uid.as_ref().filter(|uid| change.before.claim_uid.as_ref() != Some(*uid));
+        let claim = new_uid.map(|uid| self.claims_ever.get(uid).map(|(_, name)| name.clone()));
+        if let (Some(uid), Some(None)) = (new_uid, &claim) {
+            let detail = format!(
+                "pod {pod} changed owner from {before} to claim-uid {uid}, which names no claim that ever \
+                 existed ({writer})"
+            );
+            return self.violate(Invariant::I8, now, detail);
+        }
+        if !write.is_some_and(PodWrite::guarded) {
+            let detail =
+                format!("pod {pod} changed owner from {before} to {after} by {writer}, not a guarded transition");
+            return self.violate(Invariant::I8, now, detail);
+        }
+        let (Some(uid), Some(Some(name))) = (new_uid, claim) else { return };
+        let was = &change.before;
+        let named = |by: &Option<String>| by.as_deref() == Some(name.as_str());
+        let acquire = was.phase.as_deref() == Some("Idle")
+            && was.claim_uid.is_none()
+            && was.claimed_by.is_none()
+            && named(&change.after.claimed_by);
+        let adopt = was.claim_uid.is_none() && named(&was.claimed_by) && named(&change.after.claimed_by);
+        if !acquire && !adopt {
+            let phase = was.phase.as_deref().unwrap_or("-");
+            let detail = format!(
+                "pod {pod} changed owner from {before} (phase {phase}) to claim {name} (UID {uid}), now {after}, \
+                 by {writer}: neither {name}'s acquire (an Idle pod with no owner) nor its adopt-legacy \
+                 (claimed-by {name}, no claim-uid)"
+            );
+            self.violate(Invariant::I8, now, detail);
+        }
+    }
+
     /// I1 on a pod: its `claim-uid` and `claimed-by` name one claim.
     fn check_owners(&mut self, key: &Key, now: Duration) {
         let Some(pod) = self.pods.get(key) else { return };
@@ -552,18 +813,33 @@ impl Checker {
         }
     }
 
-    /// The bounded invariants, once per virtual second.
+    /// The bounded invariants, once per virtual second; and I8 on the owner
+    /// changes committed before this instant whose write was not recorded
+    /// when they were.
     pub fn tick(&mut self, now: Duration, registry: &MemoryRegistry) {
+        let (due, waiting): (Vec<OwnerChange>, Vec<OwnerChange>) =
+            std::mem::take(&mut self.pending).into_iter().partition(|change| change.at < now);
+        self.pending = waiting;
+        for change in due {
+            let write = self.ledger.take_pod_write(change.resource_version);
+            self.judge_owner_change(&change, write.as_ref(), now);
+        }
+        let judged = if self.latest.0 < now { self.latest.1 } else { self.judged_through };
+        self.ledger.forget_pod_writes_through(judged);
         // Borrowed apart: the records are read while the episodes change.
-        let Self { bounds, pods, claims, episodes, removed_stores, violations, .. } = self;
+        let Self { bounds, pods, claims, pools, claim_sets, episodes, removed_stores, violations, .. } = self;
         let mut track = |invariant, subject, name: &str, bad: Option<String>, bound| {
             if let Some(violation) = episodes.track(invariant, subject, name, bad, bound, now) {
                 violations.push(violation);
             }
         };
         let store_bound = BOUND_30S + bounds.store_missing_bound;
-        let unusable = pods.values().filter(|pod| pod.deleting || pod.failed).count();
-        let live_claims = claims.values().filter(|claim| !claim.deleting).count();
+        let unusable = pods.values().filter(|pod| pod.pool == bounds.pool && (pod.deleting || pod.failed)).count();
+        // Claims not meant to bind (an invalid spec, a selector its pool
+        // cannot match) take capacity only while they hold a pod.
+        let meant = |key: &Key, claim: &ClaimRecord| claim.meant_to_bind(&key.0, pools, claim_sets);
+        let live_claims =
+            claims.iter().filter(|(key, claim)| !claim.deleting && (claim.holds() || meant(key, claim))).count();
         let spare = live_claims + unusable < bounds.max_pods as usize;
         let owner_label = bounds.owner_label;
         for (key, claim) in claims.iter() {
@@ -587,7 +863,7 @@ impl Checker {
             });
             track(Invariant::I2, Subject::ClaimStore, &key.1, store_missing, store_bound);
             // I4: with capacity to spare, a claim is Bound soon after its creation or loss.
-            let waiting = (!claim.deleting && !claim.holds() && spare)
+            let waiting = (!claim.deleting && !claim.holds() && spare && meant(key, claim))
                 .then(|| format!("claim {} is {}", key.1, if claim.phase.is_empty() { "new" } else { &claim.phase }));
             track(Invariant::I4, Subject::Claim, &key.1, waiting, BOUND_30S + bounds.start_delay);
             // I7: a Bound claim's store carries its labels and is Working.
@@ -657,8 +933,10 @@ impl Checker {
             let detail = format!("{object} reconciled {count} times in the minute from {:.0}s", from.as_secs_f64());
             self.violate(Invariant::I5, from, detail);
         }
-        let in_use = self.pods.values().filter(|pod| !pod.deleting && pod.owner.is_some()).count() as u32;
-        let idle = self.pods.values().filter(|pod| !pod.deleting && pod.phase == "Idle").count() as u32;
+        let pool: Vec<&PodRecord> =
+            self.pods.values().filter(|pod| pod.pool == self.bounds.pool && !pod.deleting).collect();
+        let in_use = pool.iter().filter(|pod| pod.owner.is_some()).count() as u32;
+        let idle = pool.iter().filter(|pod| pod.phase == "Idle").count() as u32;
         let expected = self.bounds.max_idle.min(self.bounds.max_pods.saturating_sub(in_use));
         if idle != expected {
             let detail = format!("{idle} idle pods after settling, expected {expected} ({in_use} in use)");
@@ -673,15 +951,22 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::ledger::{Fault, Reach};
+    use crate::ledger::{Actor, Fault, Reach};
 
     fn claim_event(event_type: EventType, uid: &str) -> Event {
         claim_in_phase(event_type, uid, "Pending")
     }
 
     fn claim_in_phase(event_type: EventType, uid: &str, phase: &str) -> Event {
-        let object =
-            json!({"metadata": {"namespace": "default", "name": "tenant", "uid": uid}, "status": {"phase": phase}});
+        claim_with_spec(event_type, "tenant", uid, phase, json!({"poolName": "pool", "selector": {}}))
+    }
+
+    fn claim_with_spec(event_type: EventType, name: &str, uid: &str, phase: &str, spec: Value) -> Event {
+        let object = json!({
+            "metadata": {"namespace": "default", "name": name, "uid": uid},
+            "spec": spec,
+            "status": {"phase": phase},
+        });
         committed("cnclaims", event_type, object)
     }
 
@@ -692,13 +977,172 @@ mod tests {
 
     fn checker() -> Checker {
         let bounds = Bounds {
+            pool: "pool".into(),
             max_pods: 4,
             max_idle: 1,
             start_delay: Duration::ZERO,
             store_missing_bound: Duration::from_secs(30),
             owner_label: OwnerLabel::ClaimUid,
         };
-        Checker::new(bounds)
+        let mut checker = Checker::new(bounds, Arc::new(Ledger::new(false)));
+        let pool = json!({
+            "metadata": {"namespace": "default", "name": "pool", "uid": "pool"},
+            "spec": {
+                "template": {"spec": {"containers": []}},
+                "podLabels": {"tier": "standard"},
+                "strategy": {"scaleStrategy": {"maxIdle": 1, "maxPods": 4}},
+            },
+        });
+        checker.commit(&committed("cnpools", EventType::Added, pool), Duration::ZERO);
+        checker
+    }
+
+    fn i8(checker: &Checker) -> Vec<&str> {
+        let found = checker.violations.iter().filter(|violation| violation.invariant == Invariant::I8);
+        found.map(|violation| violation.detail.as_str()).collect()
+    }
+
+    #[test]
+    fn claims_the_controllers_must_not_bind_are_not_waited_for() {
+        let mut checker = checker();
+        let like = json!({"matchExpressions": [{"key": "tier", "operator": "Like", "values": ["standard"]}]});
+        let specs = [
+            ("reserved", json!({"poolName": "pool", "additionalPodLabels": {labels::CLAIM_UID: "x"}})),
+            ("like", json!({"poolName": "pool", "selector": like})),
+            ("nothing", json!({"poolName": "pool", "selector": {"matchLabels": {"tier": "none"}}})),
+        ];
+        for (name, spec) in specs {
+            checker.commit(&claim_with_spec(EventType::Added, name, name, "Pending", spec), Duration::ZERO);
+        }
+        tick_through(&mut checker, 0..=60);
+        assert_eq!(i4(&checker), 0, "{:?}", checker.violations);
+        let valid = json!({"poolName": "pool", "selector": {"matchLabels": {"tier": "standard"}}});
+        checker.commit(&claim_with_spec(EventType::Added, "valid", "v", "Pending", valid), Duration::from_secs(60));
+        tick_through(&mut checker, 60..=91);
+        assert_eq!(i4(&checker), 1, "a valid claim its pool serves is waited for");
+    }
+
+    /// A version of pod "cn-0" with these owner labels.
+    fn cn0(phase: &str, claim_uid: Option<&str>, claimed_by: Option<&str>) -> Value {
+        let labels = json!({
+            labels::POOL_NAME: "pool",
+            labels::PHASE: phase,
+            labels::CLAIM_UID: claim_uid,
+            labels::CLAIMED_BY: claimed_by,
+        });
+        let labels: serde_json::Map<String, Value> = labels
+            .as_object()
+            .into_iter()
+            .flatten()
+            .filter(|(_, v)| !v.is_null())
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        json!({"metadata": {"namespace": "default", "name": "cn-0", "uid": "cn-0", "labels": labels}})
+    }
+
+    /// Commits `after` over `before` as resourceVersion `rv`, written by `write`.
+    fn write_pod(checker: &mut Checker, rv: u64, before: Value, after: Value, write: Option<PodWrite>) {
+        if let Some(write) = write {
+            checker.ledger.pod_write(rv, write);
+        }
+        let storage = StorageKey { group: String::new(), plural: "pods".into() };
+        checker.commit(&Event::new(rv, storage, EventType::Modified, Some(before), after), Duration::from_secs(1));
+    }
+
+    /// An operator's transition as `ownership::transition` sends it: the
+    /// owner tests, then `sets` in order.
+    fn guarded(sets: &[(&str, &str)]) -> PodWrite {
+        let pointer = |key: &str| format!("/metadata/labels/{}", key.replace('/', "~1"));
+        let tests = [labels::PHASE, labels::CLAIM_UID, labels::CLAIMED_BY]
+            .map(|key| json!({"op": "test", "path": pointer(key), "value": null}));
+        let adds = sets.iter().map(|(key, value)| json!({"op": "add", "path": pointer(key), "value": value}));
+        PodWrite {
+            actor: Actor::Operator(0),
+            method: "PATCH".into(),
+            content_type: "application/json-patch+json".into(),
+            body: Value::Array(tests.into_iter().chain(adds).collect()),
+        }
+    }
+
+    /// A checker that knows claims "a" (UID "ua") and "b" (UID "ub").
+    fn two_claims() -> Checker {
+        let mut checker = checker();
+        for (name, uid) in [("a", "ua"), ("b", "ub")] {
+            let spec = json!({"poolName": "pool", "selector": {}});
+            checker.commit(&claim_with_spec(EventType::Added, name, uid, "Pending", spec), Duration::ZERO);
+        }
+        checker
+    }
+
+    #[test]
+    fn an_acquire_and_an_adopt_by_the_owners_own_claim_are_inputs_kept() {
+        let mut checker = two_claims();
+        let acquire = guarded(&[(labels::PHASE, "Bound"), (labels::CLAIM_UID, "ua"), (labels::CLAIMED_BY, "a")]);
+        write_pod(&mut checker, 10, cn0("Idle", None, None), cn0("Bound", Some("ua"), Some("a")), Some(acquire));
+        let adopt = guarded(&[(labels::CLAIM_UID, "ub")]);
+        write_pod(&mut checker, 11, cn0("Bound", None, Some("b")), cn0("Bound", Some("ub"), Some("b")), Some(adopt));
+        assert!(i8(&checker).is_empty(), "{:?}", checker.violations);
+    }
+
+    #[test]
+    fn spec_labels_that_overwrite_the_owner_break_inputs() {
+        let mut checker = two_claims();
+        // a's acquire, whose additional labels then name b as the owner.
+        let write = guarded(&[
+            (labels::PHASE, "Bound"),
+            (labels::CLAIM_UID, "ua"),
+            (labels::CLAIMED_BY, "a"),
+            (labels::CLAIM_UID, "ub"),
+        ]);
+        write_pod(&mut checker, 10, cn0("Idle", None, None), cn0("Bound", Some("ub"), Some("a")), Some(write));
+        let found = i8(&checker);
+        assert_eq!(found.len(), 2, "{found:?}");
+        assert!(found[0].contains("set pool.matrixorigin.io/claim-uid to ua and then ub"), "{}", found[0]);
+        assert!(found[1].contains("to claim b (UID ub)") && found[1].contains("neither b's acquire"), "{}", found[1]);
+    }
+
+    #[test]
+    fn an_owner_change_that_is_no_guarded_transition_of_its_claim_breaks_inputs() {
+        let mut checker = two_claims();
+        // Taken from a: a guarded write, but no acquire (the pod had an owner).
+        let steal = guarded(&[(labels::CLAIM_UID, "ub"), (labels::CLAIMED_BY, "b")]);
+        write_pod(
+            &mut checker,
+            10,
+            cn0("Bound", Some("ua"), Some("a")),
+            cn0("Bound", Some("ub"), Some("b")),
+            Some(steal),
+        );
+        // A merge patch by the control plane.
+        let merge = PodWrite {
+            actor: Actor::ControlPlane,
+            method: "PATCH".into(),
+            content_type: "application/merge-patch+json".into(),
+            body: json!({"metadata": {"labels": {labels::CLAIM_UID: "ua", labels::CLAIMED_BY: "a"}}}),
+        };
+        write_pod(&mut checker, 11, cn0("Idle", None, None), cn0("Idle", Some("ua"), Some("a")), Some(merge));
+        // A UID no claim ever had.
+        let forged = guarded(&[(labels::PHASE, "Bound"), (labels::CLAIM_UID, "zz"), (labels::CLAIMED_BY, "a")]);
+        write_pod(&mut checker, 12, cn0("Idle", None, None), cn0("Bound", Some("zz"), Some("a")), Some(forged));
+        let found = i8(&checker);
+        assert_eq!(found.len(), 3, "{found:?}");
+        assert!(found[0].contains("from claim-uid ua (claimed-by a) (phase Bound) to claim b"), "{}", found[0]);
+        assert!(found[1].contains("by the control plane, not a guarded transition"), "{}", found[1]);
+        assert!(found[2].contains("names no claim that ever existed"), "{}", found[2]);
+    }
+
+    #[test]
+    fn a_write_recorded_after_its_commit_is_judged_at_the_next_tick() {
+        let mut checker = two_claims();
+        let acquire = guarded(&[(labels::PHASE, "Bound"), (labels::CLAIM_UID, "ua"), (labels::CLAIMED_BY, "a")]);
+        write_pod(&mut checker, 10, cn0("Idle", None, None), cn0("Bound", Some("ua"), Some("a")), None);
+        checker.ledger.pod_write(10, acquire);
+        tick_through(&mut checker, 2..=2);
+        assert!(i8(&checker).is_empty(), "{:?}", checker.violations);
+        write_pod(&mut checker, 11, cn0("Idle", None, None), cn0("Bound", Some("ub"), Some("b")), None);
+        tick_through(&mut checker, 3..=3);
+        let found = i8(&checker);
+        assert!(found.len() == 1 && found[0].contains("a write the gate did not see"), "{found:?}");
     }
 
     /// The checker's ticks at each of `seconds`.

@@ -17,7 +17,7 @@ use http::{Method, Request, Response, StatusCode};
 use tokio::time::Instant;
 use tower::ServiceExt;
 
-use crate::ledger::{Actor, Fault, Ledger, Reach};
+use crate::ledger::{Actor, Fault, Ledger, PodWrite, Reach};
 use crate::scenario::FaultRates;
 
 /// How long a timed-out request hangs before the client gives up.
@@ -119,8 +119,10 @@ impl tower::Service<Request<kube::client::Body>> for Gate {
     fn call(&mut self, request: Request<kube::client::Body>) -> Self::Future {
         let router = self.router.clone();
         let Actor::Operator(replica) = self.actor else {
-            return async move { router.oneshot(request).await }.boxed();
+            let (actor, ledger) = (self.actor, self.ledger.clone());
+            return async move { forward(router, request, actor, &ledger).await }.boxed();
         };
+        let actor = self.actor;
         let method = request.method().clone();
         let path = request.uri().path().to_owned();
         let watch = request.uri().query().is_some_and(|query| query.split('&').any(|pair| pair == "watch=true"));
@@ -142,7 +144,7 @@ impl tower::Service<Request<kube::client::Body>> for Gate {
         let answer = async move {
             match verdict {
                 Verdict::Pass => {
-                    let response = router.oneshot(request).await?;
+                    let response = forward(router, request, actor, &ledger).await?;
                     if matches!(response.status(), StatusCode::CONFLICT | StatusCode::UNPROCESSABLE_ENTITY) {
                         ledger.operator_conflict();
                     }
@@ -163,7 +165,7 @@ impl tower::Service<Request<kube::client::Body>> for Gate {
                     })
                 }
                 Verdict::ApplyThenTimeout => {
-                    let response = router.oneshot(request).await?;
+                    let response = forward(router, request, actor, &ledger).await?;
                     ledger.fault(
                         Fault::TimeoutApplied,
                         Reach::of_request(&path),
@@ -176,6 +178,47 @@ impl tower::Service<Request<kube::client::Body>> for Gate {
         };
         answer.map(move |answer| answer.map(|response| counted(response, answer_ledger))).boxed()
     }
+}
+
+/// Sends `request` to the server. A write to a pod is recorded in the
+/// ledger under the resourceVersion it committed, with its body, so that
+/// the checker can tell which write moved a pod's owner labels (I8). It is
+/// recorded as soon as the server answers, in the same poll: the checker
+/// reads commits on another task, and virtual time does not move on until
+/// both have run.
+async fn forward(
+    router: axum::Router,
+    request: Request<kube::client::Body>,
+    actor: Actor,
+    ledger: &Ledger,
+) -> Result<Response<AxumBody>, Infallible> {
+    let pod_write = matches!(*request.method(), Method::POST | Method::PUT | Method::PATCH)
+        && request.uri().path().split('/').nth(5) == Some("pods");
+    if !pod_write {
+        return router.oneshot(request).await;
+    }
+    let (parts, body) = request.into_parts();
+    let sent = body.collect_bytes().await.unwrap_or_default();
+    let content_type = parts.headers.get(http::header::CONTENT_TYPE).and_then(|value| value.to_str().ok());
+    let write = PodWrite {
+        actor,
+        method: parts.method.to_string(),
+        content_type: content_type.unwrap_or_default().to_owned(),
+        body: serde_json::from_slice(&sent).unwrap_or(serde_json::Value::Null),
+    };
+    let response = router.oneshot(Request::from_parts(parts, kube::client::Body::from(sent))).await?;
+    if !response.status().is_success() {
+        return Ok(response);
+    }
+    let (parts, body) = response.into_parts();
+    let answer = axum::body::to_bytes(body, usize::MAX).await.unwrap_or_default();
+    let version = serde_json::from_slice::<serde_json::Value>(&answer).ok().and_then(|object| {
+        object.pointer("/metadata/resourceVersion").and_then(serde_json::Value::as_str)?.parse::<u64>().ok()
+    });
+    if let Some(version) = version {
+        ledger.pod_write(version, write);
+    }
+    Ok(Response::from_parts(parts, AxumBody::from(answer)))
 }
 
 /// A body's length, when known before it is read.

@@ -9,7 +9,9 @@ use std::ops::Range;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
+use cnpool_api::labels;
 use serde::Serialize;
+use serde_json::Value;
 use tokio::time::Instant;
 
 /// The kinds of injected fault; every run counts each.
@@ -30,10 +32,24 @@ pub enum Fault {
     StoreVanish,
     RegistryError,
     SlowDrain,
+    /// The hostile specs of [`crate::scenario::Hostile`], one kind each.
+    ClaimUidLabel,
+    PhaseLabel,
+    OwnerLabel,
+    ClaimedByLabel,
+    EmptyLabel,
+    SelectorNothing,
+    SelectorAll,
+    OperatorLike,
+    NegativeNumber,
+    HugeNumber,
+    SetOwnerLabels,
+    PoolOwnerLabel,
+    EditMidBind,
 }
 
 impl Fault {
-    pub const ALL: [Fault; 14] = [
+    pub const ALL: [Fault; 27] = [
         Fault::Conflict,
         Fault::ServerError,
         Fault::TimeoutLost,
@@ -48,6 +64,19 @@ impl Fault {
         Fault::StoreVanish,
         Fault::RegistryError,
         Fault::SlowDrain,
+        Fault::ClaimUidLabel,
+        Fault::PhaseLabel,
+        Fault::OwnerLabel,
+        Fault::ClaimedByLabel,
+        Fault::EmptyLabel,
+        Fault::SelectorNothing,
+        Fault::SelectorAll,
+        Fault::OperatorLike,
+        Fault::NegativeNumber,
+        Fault::HugeNumber,
+        Fault::SetOwnerLabels,
+        Fault::PoolOwnerLabel,
+        Fault::EditMidBind,
     ];
 
     pub fn name(self) -> &'static str {
@@ -66,6 +95,19 @@ impl Fault {
             Fault::StoreVanish => "store-vanish",
             Fault::RegistryError => "registry-error",
             Fault::SlowDrain => "slow-drain",
+            Fault::ClaimUidLabel => "claim-uid-label",
+            Fault::PhaseLabel => "phase-label",
+            Fault::OwnerLabel => "owner-label",
+            Fault::ClaimedByLabel => "claimed-by-label",
+            Fault::EmptyLabel => "empty-label",
+            Fault::SelectorNothing => "selector-nothing",
+            Fault::SelectorAll => "selector-all",
+            Fault::OperatorLike => "operator-like",
+            Fault::NegativeNumber => "negative-number",
+            Fault::HugeNumber => "huge-number",
+            Fault::SetOwnerLabels => "set-owner-labels",
+            Fault::PoolOwnerLabel => "pool-owner-label",
+            Fault::EditMidBind => "edit-mid-bind",
         }
     }
 }
@@ -115,6 +157,82 @@ pub enum Actor {
     World,
     /// The scenario's user: creates and deletes claims, sets up the pool.
     ControlPlane,
+}
+
+impl std::fmt::Display for Actor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Actor::Operator(replica) => write!(f, "operator-{replica}"),
+            Actor::World => f.write_str("the world"),
+            Actor::ControlPlane => f.write_str("the control plane"),
+        }
+    }
+}
+
+/// One write to a pod as its client sent it: what the checker knows of
+/// the write behind a commit beyond the versions before and after (I8).
+#[derive(Clone, Debug)]
+pub struct PodWrite {
+    pub actor: Actor,
+    pub method: String,
+    pub content_type: String,
+    /// The request body as JSON (`Null` when it was none).
+    pub body: Value,
+}
+
+/// The labels a guarded transition's leading `test` operations pin
+/// (`cnpool_controllers::ownership`).
+const PINNED: [&str; 3] = [labels::PHASE, labels::CLAIM_UID, labels::CLAIMED_BY];
+
+/// A JSON pointer to label `key`.
+fn label_pointer(key: &str) -> String {
+    format!("/metadata/labels/{}", key.replace('~', "~0").replace('/', "~1"))
+}
+
+impl PodWrite {
+    /// A guarded transition: an operator's JSON patch whose leading `test`
+    /// operations pin `phase`, `claim-uid` and `claimed-by`, so that the
+    /// server applied it only to the version its decision read.
+    pub fn guarded(&self) -> bool {
+        let Actor::Operator(_) = self.actor else { return false };
+        let Some(ops) = self.body.as_array().filter(|_| self.content_type.starts_with("application/json-patch")) else {
+            return false;
+        };
+        let tested: Vec<&str> = ops
+            .iter()
+            .take_while(|op| op.get("op").and_then(Value::as_str) == Some("test"))
+            .filter_map(|op| op.get("path").and_then(Value::as_str))
+            .collect();
+        self.method == "PATCH" && PINNED.iter().all(|key| tested.contains(&label_pointer(key).as_str()))
+    }
+
+    /// The values the write's operations give label `key`, in order: more
+    /// than one means something overwrote what the transition set.
+    pub fn values_set(&self, key: &str) -> Vec<&str> {
+        let pointer = label_pointer(key);
+        self.body
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|op| matches!(op.get("op").and_then(Value::as_str), Some("add" | "replace")))
+            .filter(|op| op.get("path").and_then(Value::as_str) == Some(pointer.as_str()))
+            .filter_map(|op| op.get("value").and_then(Value::as_str))
+            .collect()
+    }
+
+    /// Who wrote how, for a violation's detail.
+    pub fn describe(&self) -> String {
+        let how = match (self.method.as_str(), self.guarded()) {
+            ("PATCH", true) => "a guarded JSON patch".to_owned(),
+            ("PATCH", false) if self.content_type.starts_with("application/json-patch") => {
+                "a JSON patch without the owner tests".to_owned()
+            }
+            ("PATCH", false) => format!("a patch ({})", self.content_type),
+            ("POST", _) => "the creation".to_owned(),
+            (method, _) => format!("a {method}"),
+        };
+        format!("{how} by {}", self.actor)
+    }
 }
 
 /// API traffic, of the operators unless said otherwise.
@@ -174,6 +292,9 @@ struct State {
     log_times: Vec<Duration>,
     /// The times of those that name a claim (their `claim` field), by claim.
     claim_log_times: BTreeMap<String, Vec<Duration>>,
+    /// Writes to pods by the resourceVersion they committed, until the
+    /// checker takes them.
+    pod_writes: BTreeMap<u64, PodWrite>,
 }
 
 struct Fnv(u64);
@@ -287,6 +408,24 @@ impl Ledger {
         state.reconciles += 1;
         let object = format!("{kind} {namespace}/{name} by {replica}");
         state.reconciles_by_object.entry((object, uid.to_owned())).or_default().push(elapsed);
+    }
+
+    /// A write to a pod that committed `resource_version`.
+    pub fn pod_write(&self, resource_version: u64, write: PodWrite) {
+        self.state().pod_writes.insert(resource_version, write);
+    }
+
+    /// The write that committed `resource_version` to a pod, if recorded.
+    pub fn take_pod_write(&self, resource_version: u64) -> Option<PodWrite> {
+        self.state().pod_writes.remove(&resource_version)
+    }
+
+    /// Drops the writes of versions up to `resource_version`: the checker
+    /// has judged every commit up to there.
+    pub fn forget_pod_writes_through(&self, resource_version: u64) {
+        let mut state = self.state();
+        let kept = state.pod_writes.split_off(&(resource_version + 1));
+        state.pod_writes = kept;
     }
 
     pub fn digest(&self) -> u64 {

@@ -28,6 +28,7 @@ use tracing_subscriber::layer::SubscriberExt;
 
 use crate::checker::{Bounds, Checker, OwnerLabel, Violation};
 use crate::gate::{self, FaultSwitch};
+use crate::hostile::ControlPlane;
 use crate::ledger::{Actor, ApiCounts, Fault, Ledger, Reach};
 use crate::report::Timeline;
 use crate::scenario::{Action, ClaimSetShape, Migrations, QUIET_WINDOW, Scenario, TemplateChange};
@@ -267,6 +268,10 @@ struct Sim {
     /// Crash switches of the running operator replicas, by slot.
     replicas: Mutex<BTreeMap<usize, tokio::sync::watch::Sender<bool>>>,
     end: tokio::sync::watch::Sender<bool>,
+    /// The scenario's pool (hostile steps add others).
+    pool: String,
+    /// Names what hostile steps create, in order.
+    hostile_serial: std::sync::atomic::AtomicU32,
 }
 
 impl Sim {
@@ -376,9 +381,12 @@ async fn simulate(
         controllers,
         replicas: Mutex::default(),
         end,
+        pool: scenario.pool.name.clone(),
+        hostile_serial: Default::default(),
     });
 
     let bounds = Bounds {
+        pool: scenario.pool.name.clone(),
         max_pods: scenario.pool.max_pods,
         max_idle: scenario.pool.max_idle,
         start_delay: scenario.world.start_delay,
@@ -386,7 +394,7 @@ async fn simulate(
         owner_label: controllers.owner_label(),
     };
     let timeline = Arc::new(Mutex::new(keep.report.then(|| Timeline::new(bounds.owner_label))));
-    let checker = Arc::new(Mutex::new(Checker::new(bounds)));
+    let checker = Arc::new(Mutex::new(Checker::new(bounds, ledger.clone())));
     let lagged = Arc::new(AtomicU64::new(0));
     {
         let (checker, ledger, registry, lagged) = (checker.clone(), ledger.clone(), registry.clone(), lagged.clone());
@@ -649,7 +657,7 @@ async fn act(sim: &Arc<Sim>, action: &Action, rng: &mut fastrand::Rng) {
             for index in 0..*count {
                 let system = index < *system;
                 let name = format!("{}-{:03}", if system { "system" } else { "tenant" }, existing as u32 + index);
-                let Ok(object) = serde_json::from_value::<CNClaim>(claim(&name, &pool_name(sim).await, system)) else {
+                let Ok(object) = serde_json::from_value::<CNClaim>(claim(&name, &sim.pool, system)) else {
                     continue;
                 };
                 if let Err(error) = claims.create(&PostParams::default(), &object).await {
@@ -694,7 +702,7 @@ async fn act(sim: &Arc<Sim>, action: &Action, rng: &mut fastrand::Rng) {
             tokio::spawn(migrate_claims(sim.clone(), migrations.clone(), rng));
         }
         Action::ChangeTemplate(TemplateChange { image }) => {
-            let pool = pool_name(sim).await;
+            let pool = sim.pool.clone();
             sim.ledger.trace(format_args!("CONTROL pool {pool} template image {image}"));
             let patch = json!({"spec": {"template": {"spec": {"containers": [{"name": "cn", "image": image}]}}}});
             let pools: Api<CNPool> = Api::namespaced(sim.control.clone(), NAMESPACE);
@@ -705,8 +713,7 @@ async fn act(sim: &Arc<Sim>, action: &Action, rng: &mut fastrand::Rng) {
         Action::CreateClaimSet(ClaimSetShape { name, replicas }) => {
             sim.ledger.trace(format_args!("CONTROL create claim set {name} of {replicas}"));
             let sets: Api<CNClaimSet> = Api::namespaced(sim.control.clone(), NAMESPACE);
-            let Ok(object) = serde_json::from_value::<CNClaimSet>(claim_set(name, &pool_name(sim).await, *replicas))
-            else {
+            let Ok(object) = serde_json::from_value::<CNClaimSet>(claim_set(name, &sim.pool, *replicas)) else {
                 return;
             };
             if let Err(error) = sets.create(&PostParams::default(), &object).await {
@@ -721,6 +728,16 @@ async fn act(sim: &Arc<Sim>, action: &Action, rng: &mut fastrand::Rng) {
                 tracing::debug!(%error, claim_set = name, "control plane: scale refused");
             }
         }
+        Action::Hostile(kind) => {
+            let control = ControlPlane {
+                client: sim.control.clone(),
+                ledger: sim.ledger.clone(),
+                namespace: NAMESPACE,
+                pool: sim.pool.clone(),
+            };
+            let serial = sim.hostile_serial.fetch_add(1, Ordering::Relaxed);
+            control.act(*kind, serial, rng).await;
+        }
         Action::CrashBoundPods { count } => {
             let bound: Vec<Pod> = pool_pods(sim).await.into_iter().filter(|pod| phase(pod) == Some("Bound")).collect();
             for pod in pick(rng, &bound, *count) {
@@ -729,12 +746,6 @@ async fn act(sim: &Arc<Sim>, action: &Action, rng: &mut fastrand::Rng) {
             }
         }
     }
-}
-
-async fn pool_name(sim: &Sim) -> String {
-    let pools: Api<CNPool> = Api::namespaced(sim.control.clone(), NAMESPACE);
-    let listed = pools.list(&ListParams::default()).await.map(|list| list.items).unwrap_or_default();
-    listed.first().and_then(|pool| pool.metadata.name.clone()).unwrap_or_default()
 }
 
 /// Injects the node-side, registry and operator faults at their rates,

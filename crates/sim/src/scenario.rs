@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Deserializer};
 
+pub use crate::hostile::Hostile;
+
 /// One simulated situation.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -147,6 +149,8 @@ pub enum Action {
     CreateClaimSet(ClaimSetShape),
     /// Sets the `replicas` of a claim set created by an earlier step.
     ScaleClaimSet(ClaimSetShape),
+    /// Writes one hostile spec of this kind ([`Hostile`]).
+    Hostile(Hostile),
 }
 
 /// `count` migrations as an outside client starts them: it notes the Idle
@@ -194,6 +198,7 @@ impl Action {
             Action::ChangeTemplate(_) => "changeTemplate",
             Action::CreateClaimSet(_) => "createClaimSet",
             Action::ScaleClaimSet(_) => "scaleClaimSet",
+            Action::Hostile(_) => "hostile",
         }
     }
 }
@@ -336,8 +341,11 @@ impl Scenario {
     }
 
     /// A scenario drawn from `seed`: a pool of a random size, bursts of
-    /// claims, deletions and node-side trouble at random times, and every
-    /// fault at a rate that shows up in a few hundred seeds.
+    /// claims, deletions and node-side trouble at random times, every
+    /// fault at a rate that shows up in a few hundred seeds, and one to
+    /// four hostile specs. The hostile steps are drawn from a generator of
+    /// their own, after the rest: a seed's other steps and rates are what
+    /// they were before hostile specs were drawn.
     pub fn random(seed: u64) -> Self {
         let mut rng = fastrand::Rng::with_seed(seed ^ 0x5ce7_a810);
         let max_pods = rng.u32(6..=16);
@@ -366,6 +374,15 @@ impl Scenario {
             steps.push(Step { at, action });
         }
         let duration = at + Duration::from_secs(60);
+        let mut hostile_rng = fastrand::Rng::with_seed(seed ^ 0x4057_11e5);
+        for _ in 0..hostile_rng.u32(1..=4) {
+            // At least a minute before the faults stop, so that what a
+            // hostile step creates and deletes again is gone by then.
+            let at = Duration::from_secs(hostile_rng.u64(0..=at.as_secs()));
+            let kind = Hostile::ALL[hostile_rng.usize(..Hostile::ALL.len())];
+            steps.push(Step { at, action: Action::Hostile(kind) });
+        }
+        steps.sort_by_key(|step| step.at);
         let per_minute = |rng: &mut fastrand::Rng| rng.f64() * 0.6;
         let pool = PoolShape {
             name: "pool".into(),

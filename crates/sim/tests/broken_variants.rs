@@ -78,6 +78,24 @@ steps:
   - {at: 1m, createClaims: {count: 2}}
 "#;
 
+/// One operator, no fault but watch lag: claims bind, then specs whose
+/// `additionalPodLabels` carry another live claim's UID as `claim-uid`
+/// (a new claim's, or a live claim's edited to) come in.
+const FORGED_OWNER: &str = r#"
+name: forged-owner
+duration: 3m
+settle: 2m
+pool: {name: pool, maxIdle: 2, maxPods: 10, drainTimeout: 2m, minDelay: 5s}
+world: {startDelay: 3s, stopDelay: 1s, sessionLeaveDelay: 5s}
+operators: 1
+faults: {maxWatchLag: 1s}
+steps:
+  - {at: 0s, createClaims: {count: 3}}
+  - {at: 40s, hostile: claimUidLabel}
+  - {at: 1m20s, hostile: claimUidLabel}
+  - {at: 2m, hostile: claimUidLabel}
+"#;
+
 /// What the checker found against `invariant` in one run of `seed`, with
 /// `variant` on (or the correct protocol).
 fn breaches(scenario: &Scenario, seed: u64, variant: Option<Variant>, invariant: Invariant) -> Vec<String> {
@@ -124,4 +142,9 @@ fn an_adopt_that_keeps_extra_pods_leaks_them() {
 #[test]
 fn a_store_written_from_the_claim_keeps_new_claims_waiting() {
     caught(CALM_POOL, Variant::StoreFromClaim, Invariant::I4);
+}
+
+#[test]
+fn labels_from_a_spec_that_reach_the_owner_keys_forge_an_owner() {
+    caught(FORGED_OWNER, Variant::OwnerLabelsFromSpec, Invariant::I8);
 }

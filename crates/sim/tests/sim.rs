@@ -1,10 +1,12 @@
 //! The simulator as a user runs it: one seed gives one trace, and the
 //! checker sees what it is there to see.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use cnpool_apiserver::{Event, EventType, StorageKey};
 use cnpool_sim::checker::{Bounds, Checker, Invariant, OwnerLabel};
+use cnpool_sim::ledger::Ledger;
 use cnpool_sim::{Controllers, Keep, Scenario};
 use serde_json::json;
 
@@ -64,13 +66,17 @@ fn bound_claim(name: &str, uid: &str, pod: &str) -> serde_json::Value {
 
 /// A checker for a pool of at most 4 pods keeping 1 idle.
 fn small_pool_checker() -> Checker {
-    Checker::new(Bounds {
-        max_pods: 4,
-        max_idle: 1,
-        start_delay: Duration::from_secs(1),
-        store_missing_bound: Duration::from_secs(30),
-        owner_label: OwnerLabel::ClaimUid,
-    })
+    Checker::new(
+        Bounds {
+            pool: "small".into(),
+            max_pods: 4,
+            max_idle: 1,
+            start_delay: Duration::from_secs(1),
+            store_missing_bound: Duration::from_secs(30),
+            owner_label: OwnerLabel::ClaimUid,
+        },
+        Arc::new(Ledger::new(false)),
+    )
 }
 
 #[test]

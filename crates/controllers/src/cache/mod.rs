@@ -19,5 +19,5 @@ mod objects;
 mod pods;
 
 pub use informer::{Cache, Change, Index, inform};
-pub use objects::{ClaimIndex, ClaimSets, Claims, NoIndex, PoolIndex, Pools, controlling_set};
+pub use objects::{ClaimIndex, ClaimSets, Claims, NoIndex, PoolIndex, Pools, controlling_set, waits_for_pod};
 pub use pods::{AgeRank, IdlePod, PodIndex, Pods, age_rank_of};

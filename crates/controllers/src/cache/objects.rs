@@ -5,7 +5,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use cnpool_api::{CNClaim, CNClaimSet, CNPool};
+use cnpool_api::selector::selector_matches;
+use cnpool_api::validation::validate_claim_spec;
+use cnpool_api::{CNClaim, CNClaimSet, CNPool, ClaimPhase, labels};
 use kube::ResourceExt;
 
 use crate::cache::informer::{Cache, Index, add, drop_from, resolve};
@@ -35,6 +37,30 @@ pub fn controlling_set(claim: &CNClaim) -> Option<&k8s_openapi::apimachinery::pk
             && owner.kind == "CNClaimSet"
             && owner.api_version.starts_with("core.matrixorigin.io/")
     })
+}
+
+/// Whether `claim` waits for a new pod from the pool `pool`, whose pods
+/// carry `pod_labels`, given whether it `holds` a serving pod already. The
+/// pool counts such claims when it sizes itself, and an Idle pod wakes
+/// them: a claim that could not take the pod must not spend either.
+pub fn waits_for_pod(claim: &CNClaim, pool: &str, pod_labels: &BTreeMap<String, String>, holds: bool) -> bool {
+    if claim.metadata.deletion_timestamp.is_some() || holds {
+        return false;
+    }
+    let lost = claim.phase() == Some(ClaimPhase::Lost);
+    // A Lost member of a claim set is replaced by the set, not rebound.
+    let lost_in_set = lost && claim.labels().get(labels::CLAIM_SET).is_some_and(|set| !set.is_empty());
+    // A claim naming a pod (a pre-bound request, or a pointer the Go
+    // operator left) waits for that pod, not for a new one; a Lost one
+    // clears its pointer and binds from the pool.
+    let names_a_pod = !claim.spec.pod_name.is_empty() && !lost;
+    let nominated = claim.spec.pool_name.is_empty() || claim.spec.pool_name == pool;
+    // An invalid claim is not bound until it is fixed.
+    nominated
+        && !lost_in_set
+        && !names_a_pod
+        && selector_matches(&claim.spec.selector, pod_labels)
+        && validate_claim_spec(&claim.spec).is_ok()
 }
 
 impl Index<CNClaim> for ClaimIndex {
@@ -145,5 +171,69 @@ impl Pools {
 
     pub fn revision(&self, key: &Key) -> Option<String> {
         self.with(|_, index| index.revisions.get(key).cloned())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use cnpool_api::{CNClaimStatus, labels};
+
+    use super::*;
+
+    fn pod_labels() -> BTreeMap<String, String> {
+        BTreeMap::from([("tier".to_owned(), "standard".to_owned())])
+    }
+
+    /// A new claim of pool `pool` whose selector asks for `tier: standard`.
+    fn claim() -> CNClaim {
+        let mut claim = CNClaim::new("tenant", Default::default());
+        claim.spec.pool_name = "pool".into();
+        claim.spec.selector.match_labels = Some(pod_labels());
+        claim
+    }
+
+    fn in_phase(mut claim: CNClaim, phase: ClaimPhase) -> CNClaim {
+        claim.status = Some(CNClaimStatus { phase: Some(phase), ..Default::default() });
+        claim
+    }
+
+    #[test]
+    fn a_new_valid_claim_waits_for_a_pod_its_selector_matches() {
+        assert!(waits_for_pod(&claim(), "pool", &pod_labels(), false));
+        let mut unnominated = claim();
+        unnominated.spec.pool_name.clear();
+        assert!(waits_for_pod(&unnominated, "pool", &pod_labels(), false));
+    }
+
+    #[test]
+    fn a_claim_that_could_not_take_the_pod_does_not_wait_for_it() {
+        let other_tier = BTreeMap::from([("tier".to_owned(), "premium".to_owned())]);
+        assert!(!waits_for_pod(&claim(), "pool", &other_tier, false), "selector does not match");
+        assert!(!waits_for_pod(&claim(), "other-pool", &pod_labels(), false), "another pool's claim");
+        assert!(!waits_for_pod(&claim(), "pool", &pod_labels(), true), "it holds a pod already");
+        let mut invalid = claim();
+        invalid.spec.additional_pod_labels.insert(labels::CLAIM_UID.into(), "someone-else".into());
+        assert!(!waits_for_pod(&invalid, "pool", &pod_labels(), false), "its spec is invalid");
+        let mut deleting = claim();
+        deleting.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::UNIX_EPOCH));
+        assert!(!waits_for_pod(&deleting, "pool", &pod_labels(), false), "it is being deleted");
+    }
+
+    #[test]
+    fn a_claim_naming_a_pod_waits_for_a_new_one_only_once_lost() {
+        let mut named = claim();
+        named.spec.pod_name = "pool-7".into();
+        assert!(!waits_for_pod(&in_phase(named.clone(), ClaimPhase::Pending), "pool", &pod_labels(), false));
+        assert!(waits_for_pod(&in_phase(named, ClaimPhase::Lost), "pool", &pod_labels(), false));
+    }
+
+    #[test]
+    fn a_lost_member_of_a_claim_set_is_replaced_not_rebound() {
+        let mut member = in_phase(claim(), ClaimPhase::Lost);
+        member.labels_mut().insert(labels::CLAIM_SET.into(), "set".into());
+        assert!(!waits_for_pod(&member, "pool", &pod_labels(), false));
+        member.labels_mut().insert(labels::CLAIM_SET.into(), String::new());
+        assert!(waits_for_pod(&member, "pool", &pod_labels(), false), "an empty set label names no set");
     }
 }

@@ -10,12 +10,10 @@
 mod budget;
 mod pods;
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use cnpool_api::selector::selector_matches;
-use cnpool_api::validation::{validate_claim_spec, validate_pool_spec};
-use cnpool_api::{CNClaim, CNPool, CNPoolStatus, PodPhase, labels};
+use cnpool_api::validation::validate_pool_spec;
+use cnpool_api::{CNPool, CNPoolStatus, PodPhase, labels};
 use cnpool_core::model::PodView;
 use cnpool_core::pool::{Expectations, plan_pool};
 use cnpool_registry::StoreRegistry;
@@ -25,6 +23,7 @@ use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
+use crate::cache::waits_for_pod;
 use crate::context::Context;
 use crate::error::{Error, is_not_found, is_stale};
 use crate::key::{Key, Kind, key_of};
@@ -34,27 +33,6 @@ use crate::validity::{Verdict, ready_condition};
 
 /// What an invalid pool does not do, as its condition says.
 const HELD_BACK: &str = "the pool creates, retires and deletes no pods; its pods keep serving their claims";
-
-/// Whether `claim` waits for a pod of `pool`.
-fn waits_for(claim: &CNClaim, pool: &CNPool, pool_labels: &BTreeMap<String, String>, ctx_holds: bool) -> bool {
-    if claim.metadata.deletion_timestamp.is_some() || ctx_holds {
-        return false;
-    }
-    let lost_in_set = claim.phase() == Some(cnpool_api::ClaimPhase::Lost)
-        && claim.labels().get(labels::CLAIM_SET).is_some_and(|set| !set.is_empty());
-    // A claim naming a pod (a pre-bound request, or a pointer the Go
-    // operator left) waits for that pod, not for a new one; a Lost one
-    // clears its pointer and binds from the pool.
-    let names_a_pod = !claim.spec.pod_name.is_empty() && claim.phase() != Some(cnpool_api::ClaimPhase::Lost);
-    let nominated = claim.spec.pool_name.is_empty() || claim.spec.pool_name == pool.name_any();
-    // An invalid claim is not bound until it is fixed: a pod made for it
-    // would only idle.
-    nominated
-        && !lost_in_set
-        && !names_a_pod
-        && selector_matches(&claim.spec.selector, pool_labels)
-        && validate_claim_spec(&claim.spec).is_ok()
-}
 
 /// How many claims wait for a pod of `pool`.
 fn pending_claims<R>(ctx: &Context<R>, pool: &CNPool) -> u32 {
@@ -68,7 +46,7 @@ fn pending_claims<R>(ctx: &Context<R>, pool: &CNPool) -> u32 {
         let holds = claim
             .uid()
             .is_some_and(|uid| ctx.pods.owned_by(&uid).iter().any(|pod| Some(pod.name_any().as_str()) != source));
-        if waits_for(claim, pool, &pool_labels, holds) {
+        if waits_for_pod(claim, &name, &pool_labels, holds) {
             pending += 1;
         }
     }
