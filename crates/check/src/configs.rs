@@ -2,8 +2,6 @@
 //! faults and requests the world may inject. The budgets are what keep each
 //! state space finite.
 
-use std::collections::BTreeMap;
-
 use cnpool_api::{ClaimPhase, PodPhase, labels};
 
 use crate::Error;
@@ -21,8 +19,8 @@ pub struct Config {
     pub replicas: usize,
     pub pods: Vec<PodObj>,
     pub claims: Vec<ClaimObj>,
-    /// HAKeeper's stores at the start, by pod name.
-    pub stores: BTreeMap<String, StoreRec>,
+    /// HAKeeper's stores at the start.
+    pub stores: Vec<StoreRec>,
     pub budget: Budget,
     /// The target a migration names (`spec.podName`); `None` lets the
     /// operator choose.
@@ -55,7 +53,7 @@ fn pool_of(name: &'static str, replicas: usize, pods: usize, claims: usize, budg
     Config {
         name,
         replicas,
-        stores: pods.iter().map(|pod| (pod.name.clone(), StoreRec::draining())).collect(),
+        stores: pods.iter().map(|pod| StoreRec::draining(&pod.name)).collect(),
         pods,
         claims: (0..claims).map(|i| ClaimObj::new(&format!("c{i}"), 1)).collect(),
         budget,
@@ -110,8 +108,13 @@ fn cutover() -> Config {
         claim.phase = Some(ClaimPhase::Bound);
         claim.status_pod = Some(("p0".to_owned(), None));
     }
-    let serving = StoreRec { state: cnpool_registry::WorkState::Working.code(), labels: config.claims[0].cn_labels() };
-    config.stores.insert("p0".to_owned(), serving);
+    let serving = StoreRec {
+        pod: "p0".to_owned(),
+        state: cnpool_registry::WorkState::Working.code(),
+        labels: config.claims[0].cn_labels(),
+    };
+    config.stores.retain(|store| store.pod != "p0");
+    config.stores.push(serving);
     config
 }
 
