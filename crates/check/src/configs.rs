@@ -9,8 +9,8 @@ use crate::model::Budget;
 use crate::objects::{ClaimObj, PodObj, StoreRec};
 
 /// Every configuration's name.
-pub const NAMES: [&str; 8] =
-    ["two-replicas", "migration", "cutover", "small", "race", "pair", "prebound", "lost-migration"];
+pub const NAMES: [&str; 9] =
+    ["two-replicas", "migration", "cutover", "small", "race", "pair", "prebound", "lost-migration", "twins"];
 
 /// A cluster to explore.
 #[derive(Clone, Debug)]
@@ -41,6 +41,7 @@ impl Config {
             "pair" => Ok(pair()),
             "prebound" => Ok(prebound()),
             "lost-migration" => Ok(lost_migration()),
+            "twins" => Ok(twins()),
             _ => Err(Error::UnknownConfig(name.to_owned())),
         }
     }
@@ -136,4 +137,13 @@ fn lost_migration() -> Config {
         pool_of("lost-migration", 1, 2, 1, Budget { migrations: 1, pod_deletions: 1, ..Budget::default() });
     config.migration_target = Some("p1".to_owned());
     config
+}
+
+/// For the test of the claims' symmetry: one replica, two interchangeable
+/// claims, two pods, a claim deleted and recreated under its name and a
+/// crash, so that every place a claim's identity appears (UIDs of two
+/// generations, pod labels and binding, store labels, notes, caches) is
+/// renamed somewhere in its space.
+fn twins() -> Config {
+    pool_of("twins", 1, 2, 2, Budget { crashes: 1, claim_deletions: 1, ..Budget::default() })
 }
