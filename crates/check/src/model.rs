@@ -62,8 +62,13 @@ pub struct Memory {
 
 impl Memory {
     fn swapped(&self, swap: &ClaimSwap) -> Self {
-        let keys = |map: &BTreeMap<String, String>| map.iter().map(|(claim, pod)| (swap.text(claim), pod.clone())).collect();
-        Self { acquired: self.acquired.clone(), claim_acquired: keys(&self.claim_acquired), serving: keys(&self.serving) }
+        let keys =
+            |map: &BTreeMap<String, String>| map.iter().map(|(claim, pod)| (swap.text(claim), pod.clone())).collect();
+        Self {
+            acquired: self.acquired.clone(),
+            claim_acquired: keys(&self.claim_acquired),
+            serving: keys(&self.serving),
+        }
     }
 }
 
@@ -221,7 +226,8 @@ impl CheckModel {
     /// violation text in `broken` is left as written.)
     pub fn swapped(&self, swap: &ClaimSwap, state: &State) -> State {
         let pod = |pod: &Arc<PodObj>| twin_of(pod, |pod| &pod.twin, &self.pods, |pod| swap.pod(pod));
-        let claim = |claim: &Arc<ClaimObj>| twin_of(claim, |claim| &claim.twin, &self.claims, |claim| swap.claim(claim));
+        let claim =
+            |claim: &Arc<ClaimObj>| twin_of(claim, |claim| &claim.twin, &self.claims, |claim| swap.claim(claim));
         let store = |store: &Arc<StoreRec>| match store.labels.is_empty() {
             true => store.clone(),
             false => Arc::new(StoreRec { labels: swap.store_labels(&store.labels), ..(**store).clone() }),

@@ -241,7 +241,14 @@ impl ClaimSwap {
             };
             annotations.insert(key.clone(), value);
         }
-        PodObj { labels, annotations, view: Memo::default(), hash: Memo::default(), twin: Memo::default(), ..pod.clone() }
+        PodObj {
+            labels,
+            annotations,
+            view: Memo::default(),
+            hash: Memo::default(),
+            twin: Memo::default(),
+            ..pod.clone()
+        }
     }
 
     /// A claim renamed: its name and UID (what it points at are pods).

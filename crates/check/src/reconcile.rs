@@ -219,7 +219,12 @@ fn claim_write(model: &CheckModel, state: &mut State, read: &ClaimObj, written: 
     // Written claims are built with `..` from a copy of the one read, whose
     // memos (moved, not copied) may hold what was read: they start afresh,
     // and the interner gives the shared version of the content.
-    let written = model.claims.intern(ClaimObj { view: Memo::default(), hash: Memo::default(), twin: Memo::default(), ..written });
+    let written = model.claims.intern(ClaimObj {
+        view: Memo::default(),
+        hash: Memo::default(),
+        twin: Memo::default(),
+        ..written
+    });
     if written.deleting && !written.finalizer {
         state.claims.remove(&read.name);
     } else {
