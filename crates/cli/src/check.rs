@@ -8,7 +8,7 @@ use cnpool_check::{Config, Options, Variant};
 #[derive(clap::Args)]
 pub struct CheckArgs {
     /// The cluster to explore: two-replicas, migration, cutover or small
-    /// (and the tests' tiny ones: race, pair, prebound, lost-migration).
+    /// (and the tests' tiny ones: race, pair, prebound, lost-migration, twins).
     #[arg(long)]
     config: String,
     /// A deliberately broken variant of the protocol, which must be caught:
