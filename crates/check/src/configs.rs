@@ -2,8 +2,6 @@
 //! faults and requests the world may inject. The budgets are what keep each
 //! state space finite.
 
-use std::collections::BTreeMap;
-
 use cnpool_api::{ClaimPhase, PodPhase, labels};
 
 use crate::Error;
@@ -11,8 +9,8 @@ use crate::model::Budget;
 use crate::objects::{ClaimObj, PodObj, StoreRec};
 
 /// Every configuration's name.
-pub const NAMES: [&str; 8] =
-    ["two-replicas", "migration", "cutover", "small", "race", "pair", "prebound", "lost-migration"];
+pub const NAMES: [&str; 9] =
+    ["two-replicas", "migration", "cutover", "small", "race", "pair", "prebound", "lost-migration", "twins"];
 
 /// A cluster to explore.
 #[derive(Clone, Debug)]
@@ -21,8 +19,8 @@ pub struct Config {
     pub replicas: usize,
     pub pods: Vec<PodObj>,
     pub claims: Vec<ClaimObj>,
-    /// HAKeeper's stores at the start, by pod name.
-    pub stores: BTreeMap<String, StoreRec>,
+    /// HAKeeper's stores at the start.
+    pub stores: Vec<StoreRec>,
     pub budget: Budget,
     /// The target a migration names (`spec.podName`); `None` lets the
     /// operator choose.
@@ -43,6 +41,7 @@ impl Config {
             "pair" => Ok(pair()),
             "prebound" => Ok(prebound()),
             "lost-migration" => Ok(lost_migration()),
+            "twins" => Ok(twins()),
             _ => Err(Error::UnknownConfig(name.to_owned())),
         }
     }
@@ -55,7 +54,7 @@ fn pool_of(name: &'static str, replicas: usize, pods: usize, claims: usize, budg
     Config {
         name,
         replicas,
-        stores: pods.iter().map(|pod| (pod.name.clone(), StoreRec::draining())).collect(),
+        stores: pods.iter().map(|pod| StoreRec::draining(&pod.name)).collect(),
         pods,
         claims: (0..claims).map(|i| ClaimObj::new(&format!("c{i}"), 1)).collect(),
         budget,
@@ -110,8 +109,13 @@ fn cutover() -> Config {
         claim.phase = Some(ClaimPhase::Bound);
         claim.status_pod = Some(("p0".to_owned(), None));
     }
-    let serving = StoreRec { state: cnpool_registry::WorkState::Working.code(), labels: config.claims[0].cn_labels() };
-    config.stores.insert("p0".to_owned(), serving);
+    let serving = StoreRec {
+        pod: "p0".to_owned(),
+        state: cnpool_registry::WorkState::Working.code(),
+        labels: config.claims[0].cn_labels(),
+    };
+    config.stores.retain(|store| store.pod != "p0");
+    config.stores.push(serving);
     config
 }
 
@@ -133,4 +137,13 @@ fn lost_migration() -> Config {
         pool_of("lost-migration", 1, 2, 1, Budget { migrations: 1, pod_deletions: 1, ..Budget::default() });
     config.migration_target = Some("p1".to_owned());
     config
+}
+
+/// For the test of the claims' symmetry: one replica, two interchangeable
+/// claims, two pods, a claim deleted and recreated under its name and a
+/// crash, so that every place a claim's identity appears (UIDs of two
+/// generations, pod labels and binding, store labels, notes, caches) is
+/// renamed somewhere in its space.
+fn twins() -> Config {
+    pool_of("twins", 1, 2, 2, Budget { crashes: 1, claim_deletions: 1, ..Budget::default() })
 }

@@ -11,13 +11,13 @@ use stateright::{Model, Property};
 
 use crate::Variant;
 use crate::configs::Config;
-use crate::objects::{ClaimObj, PodObj, StoreRec};
+use crate::objects::{ClaimObj, ClaimSwap, Interner, Objects, PodObj, StoreRec, twin_of};
 use crate::reconcile;
 
 /// Objects by name. Shared: a state's caches and its successors' mostly
 /// hold the very versions it holds, which keeps each state small.
-pub type Pods = BTreeMap<String, Arc<PodObj>>;
-pub type Claims = BTreeMap<String, Arc<ClaimObj>>;
+pub type Pods = Objects<PodObj>;
+pub type Claims = Objects<ClaimObj>;
 
 /// What the model's world holds.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -26,12 +26,12 @@ pub struct State {
     pub pods: Pods,
     pub claims: Claims,
     /// HAKeeper's stores, by the name of the pod whose CN registered them.
-    pub stores: BTreeMap<String, StoreRec>,
+    pub stores: Objects<StoreRec>,
     pub replicas: Vec<Replica>,
     /// Faults and control-plane requests still allowed.
     pub budget: Budget,
     /// How many times each claim name was created (its UID's suffix).
-    pub generations: BTreeMap<String, u8>,
+    pub generations: Arc<BTreeMap<String, u8>>,
     /// A violation seen on a committed write (the invariants that speak of
     /// a write, not of a state), or an error of the model itself.
     pub broken: Option<(&'static str, String)>,
@@ -45,12 +45,31 @@ pub struct Replica {
     /// The version of each pod and claim its watches last delivered.
     pub pods: Pods,
     pub claims: Claims,
-    /// Pods it acquired (or tried to) lately, by UID.
+    /// What it remembers (shared until it changes: it rarely does).
+    pub memory: Arc<Memory>,
+}
+
+/// A replica's notes, by UIDs.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Memory {
+    /// Pods it acquired (or tried to) lately.
     pub acquired: BTreeSet<String>,
-    /// The pod it acquired lately for each claim, by UIDs.
+    /// The pod it acquired lately for each claim.
     pub claim_acquired: BTreeMap<String, String>,
-    /// Migration targets it saw serve, by claim UID.
+    /// Migration targets it saw serve, by claim.
     pub serving: BTreeMap<String, String>,
+}
+
+impl Memory {
+    fn swapped(&self, swap: &ClaimSwap) -> Self {
+        let keys =
+            |map: &BTreeMap<String, String>| map.iter().map(|(claim, pod)| (swap.text(claim), pod.clone())).collect();
+        Self {
+            acquired: self.acquired.clone(),
+            claim_acquired: keys(&self.claim_acquired),
+            serving: keys(&self.serving),
+        }
+    }
 }
 
 /// What one claim reconcile has read so far (the controller's `Snapshot`);
@@ -129,31 +148,140 @@ pub struct CheckModel {
     /// Fingerprints of states from which the fair run was seen to reach a
     /// settled, good state: each state on such a run can.
     recovers: Mutex<HashSet<u64>>,
+    /// Every pod and claim version made, each once.
+    pub(crate) pods: Interner<PodObj>,
+    pub(crate) claims: Interner<ClaimObj>,
+    /// Whether states are reduced by the replicas' symmetry.
+    replica_symmetry: bool,
+    /// The two claims to swap, when they are interchangeable and states are
+    /// reduced by it.
+    claim_swap: Option<ClaimSwap>,
+}
+
+/// How a state maps to its representative: replica `k` of the
+/// representative is replica `replicas[k]` of the state, with the two
+/// claims' identities swapped when `claims_swapped`.
+#[derive(Clone, Debug, Default)]
+pub struct Symmetry {
+    pub replicas: Vec<usize>,
+    pub claims_swapped: bool,
 }
 
 /// Rounds of the fair run before it counts as not settling.
 const FAIR_ROUNDS: usize = 40;
 
 impl CheckModel {
-    pub fn new(config: Config, variant: Option<Variant>) -> Self {
-        Self { config, variant, recovers: Mutex::new(HashSet::new()) }
+    /// The model, with states reduced by its symmetries when `symmetry`:
+    /// the replicas always, the two claims when the configuration's are
+    /// interchangeable (docs/model-checking.md, "Reductions").
+    pub fn new(config: Config, variant: Option<Variant>, symmetry: bool) -> Self {
+        let mut model = Self {
+            config,
+            variant,
+            recovers: Mutex::new(HashSet::new()),
+            pods: Interner::default(),
+            claims: Interner::default(),
+            replica_symmetry: symmetry,
+            claim_swap: None,
+        };
+        // The variant that picks "the first claim" by name breaks the
+        // claims' symmetry.
+        if symmetry && variant != Some(Variant::StoreFromClaim) {
+            model.claim_swap = model.interchangeable_claims();
+        }
+        model
+    }
+
+    /// The swap of the configuration's two claims, if it leaves the initial
+    /// state as it is (both new, asking for the same thing).
+    fn interchangeable_claims(&self) -> Option<ClaimSwap> {
+        let [first, second] = self.config.claims.as_slice() else { return None };
+        let swap = ClaimSwap { first: first.name.clone(), second: second.name.clone() };
+        let initial = self.initial();
+        (self.swapped(&swap, &initial) == initial).then_some(swap)
     }
 
     fn initial(&self) -> State {
         let config = &self.config;
-        let pods: Pods = config.pods.iter().map(|pod| (pod.name.clone(), Arc::new(pod.clone()))).collect();
-        let claims: Claims = config.claims.iter().map(|claim| (claim.name.clone(), Arc::new(claim.clone()))).collect();
+        let pods: Pods = config.pods.iter().map(|pod| self.pods.intern(pod.clone())).collect();
+        let claims: Claims = config.claims.iter().map(|claim| self.claims.intern(claim.clone())).collect();
         let replicas = (0..config.replicas)
             .map(|_| Replica { pods: pods.clone(), claims: claims.clone(), ..Replica::default() })
             .collect();
         State {
             pods,
             claims,
-            stores: config.stores.clone(),
+            stores: config.stores.iter().cloned().map(Arc::new).collect(),
             replicas,
             budget: config.budget.clone(),
-            generations: config.claims.iter().map(|claim| (claim.name.clone(), 1)).collect(),
+            generations: Arc::new(config.claims.iter().map(|claim| (claim.name.clone(), 1)).collect()),
             broken: None,
+        }
+    }
+
+    /// `state` with the two claims' identities swapped everywhere they
+    /// appear: the claims' names and UIDs, the pods' `claimed-by`,
+    /// `claim-uid` and binding annotation, the stores' labels, the caches,
+    /// the replicas' notes and the claims' generations. (A write's
+    /// violation text in `broken` is left as written.)
+    pub fn swapped(&self, swap: &ClaimSwap, state: &State) -> State {
+        let pod = |pod: &Arc<PodObj>| twin_of(pod, |pod| &pod.twin, &self.pods, |pod| swap.pod(pod));
+        let claim =
+            |claim: &Arc<ClaimObj>| twin_of(claim, |claim| &claim.twin, &self.claims, |claim| swap.claim(claim));
+        let store = |store: &Arc<StoreRec>| match store.labels.is_empty() {
+            true => store.clone(),
+            false => Arc::new(StoreRec { labels: swap.store_labels(&store.labels), ..(**store).clone() }),
+        };
+        let memory = |memory: &Arc<Memory>| match **memory == Memory::default() {
+            true => memory.clone(),
+            false => Arc::new(memory.swapped(swap)),
+        };
+        State {
+            pods: state.pods.mapped(pod),
+            claims: state.claims.mapped(claim),
+            stores: state.stores.mapped(store),
+            replicas: state
+                .replicas
+                .iter()
+                .map(|replica| Replica {
+                    pods: replica.pods.mapped(pod),
+                    claims: replica.claims.mapped(claim),
+                    memory: memory(&replica.memory),
+                })
+                .collect(),
+            budget: state.budget.clone(),
+            generations: Arc::new(state.generations.iter().map(|(name, count)| (swap.text(name), *count)).collect()),
+            broken: state.broken.clone(),
+        }
+    }
+
+    /// The claims' swap, when states are reduced by it.
+    pub fn claim_swap(&self) -> Option<&ClaimSwap> {
+        self.claim_swap.as_ref()
+    }
+
+    /// The representative of `state` under the model's symmetries, and how
+    /// `state` maps to it. Replicas run the same code, so which one holds
+    /// which cache and memory does not matter: the representative has them
+    /// sorted. Two interchangeable claims: of the state and its swapped
+    /// twin (each with replicas sorted), the one of lower fingerprint. Every
+    /// state of an orbit gets the same representative (up to a hash
+    /// collision, which costs only reduction).
+    ///
+    /// stateright 0.31 applies a symmetry function only in its depth-first
+    /// checker, so the model applies it itself: every successor is its
+    /// representative (see [`Model::next_state`] below).
+    pub fn representative(&self, state: &State) -> (State, Symmetry) {
+        if !self.replica_symmetry {
+            return (state.clone(), Symmetry { replicas: (0..state.replicas.len()).collect(), claims_swapped: false });
+        }
+        let (plain, replicas) = sorted_replicas(state);
+        let Some(swap) = &self.claim_swap else { return (plain, Symmetry { replicas, claims_swapped: false }) };
+        let (twin, twin_replicas) = sorted_replicas(&self.swapped(swap, state));
+        if fingerprint_of(&twin) < fingerprint_of(&plain) {
+            (twin, Symmetry { replicas: twin_replicas, claims_swapped: true })
+        } else {
+            (plain, Symmetry { replicas, claims_swapped: false })
         }
     }
 
@@ -166,15 +294,15 @@ impl CheckModel {
             if cache.claims != state.claims {
                 actions.push(Action::DeliverClaims { replica });
             }
-            if !cache.acquired.is_empty() || !cache.claim_acquired.is_empty() {
+            if !cache.memory.acquired.is_empty() || !cache.memory.claim_acquired.is_empty() {
                 actions.push(Action::Forget { replica });
             }
             for pod in cache.pods.keys() {
-                actions.push(Action::StoreSync { replica, pod: pod.clone() });
+                actions.push(Action::StoreSync { replica, pod: pod.to_owned() });
             }
             for claim in cache.claims.keys() {
                 for whole in [true, false].into_iter().take(if self.config.partial_reconciles { 2 } else { 1 }) {
-                    actions.push(Action::Reconcile { replica, claim: claim.clone(), whole });
+                    actions.push(Action::Reconcile { replica, claim: claim.to_owned(), whole });
                 }
             }
         }
@@ -186,24 +314,24 @@ impl CheckModel {
         if budget.crashes > 0 {
             actions.extend((0..state.replicas.len()).map(|replica| Action::Crash { replica }));
         }
-        for (name, pod) in &state.pods {
+        for pod in state.pods.values() {
             if budget.pod_deletions > 0 && !pod.deleting {
-                actions.push(Action::DeletePod(name.clone()));
+                actions.push(Action::DeletePod(pod.name.clone()));
             }
             if budget.pod_failures > 0 && !pod.failed && !pod.deleting {
-                actions.push(Action::FailPod(name.clone()));
+                actions.push(Action::FailPod(pod.name.clone()));
             }
         }
         if budget.store_vanishings > 0 {
-            actions.extend(state.stores.keys().map(|name| Action::VanishStore(name.clone())));
+            actions.extend(state.stores.keys().map(|name| Action::VanishStore(name.to_owned())));
         }
-        for (name, claim) in &state.claims {
+        for claim in state.claims.values() {
             if budget.claim_deletions > 0 && !claim.deleting {
-                actions.push(Action::DeleteClaim(name.clone()));
+                actions.push(Action::DeleteClaim(claim.name.clone()));
             }
             let migratable = claim.phase == Some(ClaimPhase::Bound) && claim.source_pod.is_none() && !claim.deleting;
             if budget.migrations > 0 && migratable && claim.pod_name.is_some() {
-                actions.push(Action::Migrate(name.clone()));
+                actions.push(Action::Migrate(claim.name.clone()));
             }
         }
         for name in self.config.claims.iter().map(|claim| &claim.name) {
@@ -278,15 +406,9 @@ impl CheckModel {
     }
 }
 
-/// The representative of `state` under the replicas' symmetry: replicas
-/// run the same code, so which one holds which cache and memory does not
-/// matter; the representative has them sorted. Also the permutation:
-/// replica `k` of the representative is replica `permutation[k]` of `state`.
-///
-/// stateright 0.31 applies a symmetry function only in its depth-first
-/// checker, so the model applies it itself: every successor is its
-/// representative (see [`Model::next_state`] below).
-pub fn representative(state: &State) -> (State, Vec<usize>) {
+/// `state` with its replicas sorted, and the permutation: replica `k` of
+/// the result is replica `permutation[k]` of `state`.
+fn sorted_replicas(state: &State) -> (State, Vec<usize>) {
     let keys: Vec<u64> = state.replicas.iter().map(fingerprint_of).collect();
     let mut permutation: Vec<usize> = (0..state.replicas.len()).collect();
     permutation.sort_by_key(|&index| keys[index]);
@@ -295,24 +417,32 @@ pub fn representative(state: &State) -> (State, Vec<usize>) {
     (canonical, permutation)
 }
 
-/// The same action done by replica `permutation[k]` instead of `k`.
-pub fn renumbered(action: &Action, permutation: &[usize]) -> Action {
-    let mut action = action.clone();
-    match &mut action {
-        Action::Reconcile { replica, .. }
-        | Action::StoreSync { replica, .. }
-        | Action::DeliverPods { replica }
-        | Action::DeliverClaims { replica }
-        | Action::Forget { replica }
-        | Action::Crash { replica } => *replica = permutation[*replica],
-        Action::DeletePod(_)
-        | Action::FailPod(_)
-        | Action::VanishStore(_)
-        | Action::DeleteClaim(_)
-        | Action::RecreateClaim(_)
-        | Action::Migrate(_) => {}
+impl CheckModel {
+    /// The action on a state that does what `action` does on its
+    /// representative, `symmetry` being how the state maps to it.
+    pub fn renumbered(&self, action: &Action, symmetry: &Symmetry) -> Action {
+        let mut action = action.clone();
+        let swap = self.claim_swap.as_ref().filter(|_| symmetry.claims_swapped);
+        let rename = |claim: &mut String| {
+            if let Some(swap) = swap {
+                *claim = swap.text(claim);
+            }
+        };
+        match &mut action {
+            Action::Reconcile { replica, claim, .. } => {
+                *replica = symmetry.replicas[*replica];
+                rename(claim);
+            }
+            Action::StoreSync { replica, .. }
+            | Action::DeliverPods { replica }
+            | Action::DeliverClaims { replica }
+            | Action::Forget { replica }
+            | Action::Crash { replica } => *replica = symmetry.replicas[*replica],
+            Action::DeleteClaim(claim) | Action::RecreateClaim(claim) | Action::Migrate(claim) => rename(claim),
+            Action::DeletePod(_) | Action::FailPod(_) | Action::VanishStore(_) => {}
+        }
+        action
     }
-    action
 }
 
 fn fingerprint_of<T: Hash>(value: &T) -> u64 {
@@ -471,7 +601,7 @@ impl Model for CheckModel {
 
     fn next_state(&self, state: &State, action: Action) -> Option<State> {
         let (next, _) = self.step(state, &action);
-        (next != *state).then(|| representative(&next).0)
+        (next != *state).then(|| self.representative(&next).0)
     }
 
     fn properties(&self) -> Vec<Property<Self>> {

@@ -3,8 +3,9 @@
 //! production code takes, and the server's rule for applying a guarded pod
 //! patch.
 
-use std::collections::BTreeMap;
-use std::sync::OnceLock;
+use std::collections::{BTreeMap, HashSet};
+use std::hash::Hash;
+use std::sync::{Arc, Mutex, OnceLock};
 
 use cnpool_api::{CNClaim, CNClaimSpec, CNClaimStatus, CNLabel, CNStoreStatus, ClaimPhase, PodPhase, PodRef, labels};
 use cnpool_core::claim::LossReason;
@@ -55,8 +56,13 @@ pub(crate) fn pool() -> PoolView {
 /// the cost of a step. It takes no part in equality or hashing, and a copy
 /// starts empty, so that a copy changed afterwards never keeps the memo of
 /// what it was copied from: change objects by copying, never in place.
-#[derive(Default)]
 pub struct Memo<T>(OnceLock<T>);
+
+impl<T> Default for Memo<T> {
+    fn default() -> Self {
+        Self(OnceLock::new())
+    }
+}
 
 impl<T> Memo<T> {
     fn get_or_init(&self, init: impl FnOnce() -> T) -> &T {
@@ -88,6 +94,195 @@ impl<T> std::fmt::Debug for Memo<T> {
     }
 }
 
+/// Something the model keeps by name.
+pub trait Named {
+    fn name(&self) -> &str;
+}
+
+/// The objects of one kind, by name: a handful (a config's pods, claims or
+/// stores), so a vector sorted by name, shared by every state that holds
+/// the same set (a cache the watch just delivered shares the server's). A
+/// clone is a reference count; a change copies the few pointers.
+#[derive(Debug, PartialEq, Eq, Hash)]
+pub struct Objects<T>(Arc<Vec<Arc<T>>>);
+
+impl<T> Clone for Objects<T> {
+    fn clone(&self) -> Self {
+        Self(self.0.clone())
+    }
+}
+
+impl<T> Default for Objects<T> {
+    fn default() -> Self {
+        Self(Arc::new(Vec::new()))
+    }
+}
+
+impl<T: Named> Objects<T> {
+    pub fn get(&self, name: &str) -> Option<&Arc<T>> {
+        self.0.iter().find(|object| object.name() == name)
+    }
+
+    pub fn contains_key(&self, name: &str) -> bool {
+        self.get(name).is_some()
+    }
+
+    pub fn values(&self) -> impl Iterator<Item = &Arc<T>> {
+        self.0.iter()
+    }
+
+    pub fn keys(&self) -> impl Iterator<Item = &str> {
+        self.0.iter().map(|object| object.name())
+    }
+
+    /// Puts `object` in, in place of the one of its name.
+    pub fn insert(&mut self, object: Arc<T>) {
+        let objects = Arc::make_mut(&mut self.0);
+        match objects.binary_search_by(|held| held.name().cmp(object.name())) {
+            Ok(index) => objects[index] = object,
+            Err(index) => objects.insert(index, object),
+        }
+    }
+
+    pub fn remove(&mut self, name: &str) {
+        if self.contains_key(name) {
+            Arc::make_mut(&mut self.0).retain(|object| object.name() != name);
+        }
+    }
+
+    /// The same objects, each replaced by `map` of it (names may change).
+    pub fn mapped(&self, map: impl FnMut(&Arc<T>) -> Arc<T>) -> Self {
+        self.0.iter().map(map).collect()
+    }
+}
+
+impl<T: Named> FromIterator<Arc<T>> for Objects<T> {
+    fn from_iter<I: IntoIterator<Item = Arc<T>>>(objects: I) -> Self {
+        let mut objects: Vec<Arc<T>> = objects.into_iter().collect();
+        objects.sort_by(|a, b| a.name().cmp(b.name()));
+        Self(Arc::new(objects))
+    }
+}
+
+/// One shared copy of each object version the model has made: equal
+/// versions are one allocation, so a version's memos (its view, its hash,
+/// its claim-swapped twin) are computed once for the whole run, and
+/// comparing two states mostly compares pointers. Versions are few (a
+/// few thousand); they are kept to the end.
+pub struct Interner<T>(Mutex<HashSet<Arc<T>>>);
+
+impl<T> Default for Interner<T> {
+    fn default() -> Self {
+        Self(Mutex::new(HashSet::new()))
+    }
+}
+
+impl<T: Hash + Eq> Interner<T> {
+    pub fn intern(&self, object: T) -> Arc<T> {
+        let Ok(mut known) = self.0.lock() else { return Arc::new(object) };
+        if let Some(shared) = known.get(&object) {
+            return shared.clone();
+        }
+        let shared = Arc::new(object);
+        known.insert(shared.clone());
+        shared
+    }
+}
+
+/// The renaming that swaps two interchangeable claims: their names, and
+/// the UIDs of every generation of them (`<name>-<generation>`).
+#[derive(Clone, Debug)]
+pub struct ClaimSwap {
+    pub first: String,
+    pub second: String,
+}
+
+impl ClaimSwap {
+    /// `text` with the claims swapped when it is a claim's name or UID;
+    /// any other text unchanged.
+    pub fn text(&self, text: &str) -> String {
+        let swap = |from: &str, to: &str| -> Option<String> {
+            if text == from {
+                return Some(to.to_owned());
+            }
+            let generation = text.strip_prefix(from)?.strip_prefix('-')?;
+            generation.parse::<u8>().ok().map(|_| format!("{to}-{generation}"))
+        };
+        swap(&self.first, &self.second).or_else(|| swap(&self.second, &self.first)).unwrap_or_else(|| text.to_owned())
+    }
+
+    /// Store labels with every value renamed (a claim's CN labels carry its
+    /// name).
+    pub fn store_labels(&self, labels: &StoreLabels) -> StoreLabels {
+        labels
+            .iter()
+            .map(|(key, values)| (key.clone(), values.iter().map(|value| self.text(value)).collect()))
+            .collect()
+    }
+
+    /// A pod's labels and annotations renamed: `claimed-by`, `claim-uid`
+    /// and the CN labels in the binding annotation (re-rendered by the
+    /// production renderer, so that the bytes are the ones a write makes).
+    pub fn pod(&self, pod: &PodObj) -> PodObj {
+        let labels = pod.labels.iter().map(|(key, value)| (key.clone(), self.text(value))).collect();
+        let mut annotations = BTreeMap::new();
+        for (key, value) in &pod.annotations {
+            let value = if key == labels::BINDING {
+                match cnpool_core::binding::Binding::parse(value) {
+                    Ok(mut binding) => {
+                        binding.cn_labels = self.store_labels(&binding.cn_labels);
+                        binding.render()
+                    }
+                    // Not one the protocol wrote: nothing of a claim's in it.
+                    Err(_) => value.clone(),
+                }
+            } else {
+                self.text(value)
+            };
+            annotations.insert(key.clone(), value);
+        }
+        PodObj {
+            labels,
+            annotations,
+            view: Memo::default(),
+            hash: Memo::default(),
+            twin: Memo::default(),
+            ..pod.clone()
+        }
+    }
+
+    /// A claim renamed: its name and UID (what it points at are pods).
+    pub fn claim(&self, claim: &ClaimObj) -> ClaimObj {
+        ClaimObj {
+            name: self.text(&claim.name),
+            uid: self.text(&claim.uid),
+            view: Memo::default(),
+            hash: Memo::default(),
+            twin: Memo::default(),
+            ..claim.clone()
+        }
+    }
+}
+
+/// The claim-swapped twin of an interned version, memoised both ways (the
+/// twin's twin is `object` itself).
+pub(crate) fn twin_of<T: Hash + Eq>(
+    object: &Arc<T>,
+    memo: impl Fn(&T) -> &Memo<Arc<T>>,
+    interner: &Interner<T>,
+    rename: impl FnOnce(&T) -> T,
+) -> Arc<T> {
+    memo(object)
+        .get_or_init(|| {
+            let twin = interner.intern(rename(object));
+            if !Arc::ptr_eq(&twin, object) {
+                let _ = memo(&twin).0.set(object.clone());
+            }
+            twin
+        })
+        .clone()
+}
+
 /// A pool pod as the server stores it (only what the protocol touches).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PodObj {
@@ -103,13 +298,21 @@ pub struct PodObj {
     pub view: Memo<Option<PodView>>,
     /// The hash of its content, once computed.
     pub hash: Memo<u64>,
+    /// Its twin with the claims swapped, once made (an interned version's).
+    pub twin: Memo<Arc<PodObj>>,
+}
+
+impl Named for PodObj {
+    fn name(&self) -> &str {
+        &self.name
+    }
 }
 
 /// Every state holds the same versions several times (the server's, each
 /// cache's): each version's content is hashed once.
 impl std::hash::Hash for PodObj {
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        let Self { name, uid, labels, annotations, deleting, failed, view: _, hash } = self;
+        let Self { name, uid, labels, annotations, deleting, failed, view: _, hash, twin: _ } = self;
         state.write_u64(*hash.get_or_init(|| content_hash(&(name, uid, labels, annotations, deleting, failed))));
     }
 }
@@ -143,6 +346,7 @@ impl PodObj {
             failed: false,
             view: Memo::default(),
             hash: Memo::default(),
+            twin: Memo::default(),
         }
     }
 
@@ -212,10 +416,9 @@ impl PodObj {
         let map = |value: &Value| -> Result<BTreeMap<String, String>, Error> {
             serde_json::from_value(value.clone()).map_err(Error::Patch)
         };
-        let mut written = self.clone();
-        written.labels = map(&document["metadata"]["labels"])?;
-        written.annotations = map(&document["metadata"]["annotations"])?;
-        Ok(Some(written))
+        let labels = map(&document["metadata"]["labels"])?;
+        let annotations = map(&document["metadata"]["annotations"])?;
+        Ok(Some(PodObj { labels, annotations, ..self.clone() }))
     }
 }
 
@@ -252,6 +455,14 @@ pub struct ClaimObj {
     pub view: Memo<Option<ClaimView>>,
     /// The hash of its content, once computed.
     pub hash: Memo<u64>,
+    /// Its twin with the claims swapped, once made (an interned version's).
+    pub twin: Memo<Arc<ClaimObj>>,
+}
+
+impl Named for ClaimObj {
+    fn name(&self) -> &str {
+        &self.name
+    }
 }
 
 impl std::hash::Hash for ClaimObj {
@@ -270,6 +481,7 @@ impl std::hash::Hash for ClaimObj {
             created_late,
             view: _,
             hash,
+            twin: _,
         } = self;
         let content = (name, uid, deleting, finalizer, pod_name, source_pod, phase, recorded, status_pod, lost);
         state.write_u64(*hash.get_or_init(|| content_hash(&(content, created_late))));
@@ -292,6 +504,7 @@ impl ClaimObj {
             created_late: generation > 1,
             view: Memo::default(),
             hash: Memo::default(),
+            twin: Memo::default(),
         }
     }
 
@@ -360,6 +573,8 @@ impl ClaimObj {
 /// A CN store in the simulated HAKeeper.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct StoreRec {
+    /// The pod whose CN registered it.
+    pub pod: String,
     /// HAKeeper's work state, by its wire code (ordered for the state).
     pub state: i32,
     pub labels: StoreLabels,
@@ -368,8 +583,8 @@ pub struct StoreRec {
 impl StoreRec {
     /// A store as a fresh CN registers it: HAKeeper stores state 0 as
     /// Working, with no labels.
-    pub fn registered() -> Self {
-        Self { state: WorkState::Working.code(), labels: StoreLabels::new() }
+    pub fn registered(pod: &str) -> Self {
+        Self { pod: pod.to_owned(), state: WorkState::Working.code(), labels: StoreLabels::new() }
     }
 
     pub fn work_state(&self) -> WorkState {
@@ -377,7 +592,13 @@ impl StoreRec {
     }
 
     /// Released: Draining with no labels.
-    pub fn draining() -> Self {
-        Self { state: WorkState::Draining.code(), labels: StoreLabels::new() }
+    pub fn draining(pod: &str) -> Self {
+        Self { pod: pod.to_owned(), state: WorkState::Draining.code(), labels: StoreLabels::new() }
+    }
+}
+
+impl Named for StoreRec {
+    fn name(&self) -> &str {
+        &self.pod
     }
 }

@@ -11,9 +11,10 @@ use cnpool_core::model::{ObservedStore, PodView, Read, StoreView};
 use cnpool_core::store::{DesiredStore, StoreWrite, plan_store, store_writes};
 use cnpool_registry::{StoreLabels, WorkState, Workload};
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use crate::model::{Action, CheckModel, Replica, Snap, State};
+use crate::model::{Action, CheckModel, Memory, Replica, Snap, State};
 use crate::objects::{ClaimObj, Memo, PodObj, cutover, now, pool, store_uuid};
 use crate::{Error, Variant};
 
@@ -64,7 +65,7 @@ pub(crate) fn apply(model: &CheckModel, state: &mut State, action: &Action) -> R
             Ok(note!("watch: claims [{}]", lines()))
         }
         Action::Forget { replica } => {
-            let memory = &mut state.replicas[*replica];
+            let memory = Arc::make_mut(&mut state.replicas[*replica].memory);
             memory.acquired.clear();
             memory.claim_acquired.clear();
             Ok(note!("notes of pods acquired lately expire"))
@@ -82,7 +83,7 @@ pub(crate) fn apply(model: &CheckModel, state: &mut State, action: &Action) -> R
             // the version it copies (objects.rs).
             if let Some(pod) = state.pods.get(name) {
                 let pod = PodObj { deleting: true, ..(**pod).clone() };
-                state.pods.insert(name.clone(), Arc::new(pod));
+                state.pods.insert(model.pods.intern(pod));
             }
             Ok(note!("delete pod {name}"))
         }
@@ -90,7 +91,7 @@ pub(crate) fn apply(model: &CheckModel, state: &mut State, action: &Action) -> R
             state.budget.pod_failures -= 1;
             if let Some(pod) = state.pods.get(name) {
                 let pod = PodObj { failed: true, ..(**pod).clone() };
-                state.pods.insert(name.clone(), Arc::new(pod));
+                state.pods.insert(model.pods.intern(pod));
             }
             Ok(note!("pod {name} fails"))
         }
@@ -104,7 +105,7 @@ pub(crate) fn apply(model: &CheckModel, state: &mut State, action: &Action) -> R
             let remove = match state.claims.get(name) {
                 Some(claim) if claim.finalizer => {
                     let claim = ClaimObj { deleting: true, ..(**claim).clone() };
-                    state.claims.insert(name.clone(), Arc::new(claim));
+                    state.claims.insert(model.claims.intern(claim));
                     false
                 }
                 Some(_) => true,
@@ -116,11 +117,11 @@ pub(crate) fn apply(model: &CheckModel, state: &mut State, action: &Action) -> R
             Ok(note!("delete claim {name}"))
         }
         Action::RecreateClaim(name) => {
-            let generation = state.generations.entry(name.clone()).or_insert(0);
+            let generation = Arc::make_mut(&mut state.generations).entry(name.clone()).or_insert(0);
             *generation += 1;
             let claim = ClaimObj::new(name, *generation);
             let note = note!("create claim {}", claim_line(&claim));
-            state.claims.insert(name.clone(), Arc::new(claim));
+            state.claims.insert(model.claims.intern(claim));
             Ok(note)
         }
         Action::Migrate(name) => {
@@ -128,7 +129,7 @@ pub(crate) fn apply(model: &CheckModel, state: &mut State, action: &Action) -> R
             let target = model.config.migration_target.clone();
             if let Some(claim) = state.claims.get(name) {
                 let claim = ClaimObj { source_pod: claim.pod_name.clone(), pod_name: target, ..(**claim).clone() };
-                state.claims.insert(name.clone(), Arc::new(claim));
+                state.claims.insert(model.claims.intern(claim));
             }
             Ok(note!("migrate claim {name} to {}", model.config.migration_target.as_deref().unwrap_or("any pod")))
         }
@@ -203,27 +204,60 @@ fn pod_write(
         ));
     }
     let note = note!("{} -> pod {}", transition.name(), pod_line(&written));
-    let written = Arc::new(written);
-    state.pods.insert(read.name.clone(), written.clone());
+    let written = model.pods.intern(written);
+    state.pods.insert(written.clone());
     Ok((Outcome::Applied(written), note))
 }
 
 /// A claim write at the version read: refused (409) unless the server's
 /// claim is the one read. With `remove`, the write drops the last finalizer
 /// of a deleting claim, which the server then deletes.
-fn claim_write(state: &mut State, read: &ClaimObj, written: ClaimObj) -> Option<Arc<ClaimObj>> {
+fn claim_write(model: &CheckModel, state: &mut State, read: &ClaimObj, written: ClaimObj) -> Option<Arc<ClaimObj>> {
     if state.claims.get(&read.name).map(|claim| &**claim) != Some(read) {
         return None;
     }
-    // Written claims are built from a copy of the one read with `..`, which
-    // may have memoised the view of what was read: it starts afresh.
-    let written = Arc::new(ClaimObj { view: Memo::default(), hash: Memo::default(), ..written });
+    // Written claims are built with `..` from a copy of the one read, whose
+    // memos (moved, not copied) may hold what was read: they start afresh,
+    // and the interner gives the shared version of the content.
+    let written = model.claims.intern(ClaimObj {
+        view: Memo::default(),
+        hash: Memo::default(),
+        twin: Memo::default(),
+        ..written
+    });
     if written.deleting && !written.finalizer {
         state.claims.remove(&read.name);
     } else {
-        state.claims.insert(read.name.clone(), written.clone());
+        state.claims.insert(written.clone());
     }
     Some(written)
+}
+
+/// A replica's per-claim notes.
+#[derive(Clone, Copy)]
+enum Note {
+    /// The pod it acquired lately for the claim.
+    Acquired,
+    /// The migration target it saw serve.
+    Serving,
+}
+
+/// Drops the note of `claim` from a replica's memory, copying the memory
+/// only when it holds one.
+fn forget(replica: &mut Replica, note: Note, claim: &str) {
+    fn notes(memory: &mut Memory, note: Note) -> &mut BTreeMap<String, String> {
+        match note {
+            Note::Acquired => &mut memory.claim_acquired,
+            Note::Serving => &mut memory.serving,
+        }
+    }
+    let held = match note {
+        Note::Acquired => replica.memory.claim_acquired.contains_key(claim),
+        Note::Serving => replica.memory.serving.contains_key(claim),
+    };
+    if held {
+        notes(Arc::make_mut(&mut replica.memory), note).remove(claim);
+    }
 }
 
 /// The outcome of one reconcile step.
@@ -399,8 +433,8 @@ fn read_views(model: &CheckModel, state: &State, replica: usize, snap: &Snap) ->
     });
     let serving_since = claim.source_pod.is_some()
         && held_uid.is_some()
-        && memory.serving.get(&claim.uid).is_some_and(|target| Some(target) == held_uid.as_ref());
-    let acquired_lately = memory.claim_acquired.get(&claim.uid).cloned();
+        && memory.memory.serving.get(&claim.uid).is_some_and(|target| Some(target) == held_uid.as_ref());
+    let acquired_lately = memory.memory.claim_acquired.get(&claim.uid).cloned();
     Ok(Views {
         store_uuid: serving_uuid,
         claim,
@@ -531,7 +565,7 @@ fn perform(
     let release = |then: AfterRelease| Transition::Release { claim_uid: &uid, then };
     // A claim write at the version read; the reconcile goes on from it.
     let write = |state: &mut State, snap: &mut Snap, written: ClaimObj| -> (Next, String) {
-        match claim_write(state, &snap.claim, written) {
+        match claim_write(model, state, &snap.claim, written) {
             Some(written) => {
                 let note = note!("claim {}", claim_line(&written));
                 snap.claim = written;
@@ -571,7 +605,7 @@ fn perform(
             for pod in memory.pods.values() {
                 let pod_view = pod.view()?;
                 let store_missing = !state.stores.contains_key(&pod.name);
-                if !memory.acquired.contains(&pod.uid)
+                if !memory.memory.acquired.contains(&pod.uid)
                     && eligibility(&view, &pod_view, &pools).is_ok()
                     && !store_missing
                 {
@@ -637,14 +671,14 @@ fn perform(
                 }
                 let Some(read) = raw(snap, &pod_uid) else { continue };
                 // Another worker of this process reserved it: next.
-                if !state.replicas[replica].acquired.insert(pod_uid.clone()) {
+                if !Arc::make_mut(&mut state.replicas[replica].memory).acquired.insert(pod_uid.clone()) {
                     continue;
                 }
                 tried += 1;
                 let (outcome, note) = pod_write(model, state, &read, Transition::Acquire(&view))?;
                 notes.push(note);
                 if let Outcome::Applied(written) = outcome {
-                    state.replicas[replica].claim_acquired.insert(uid.clone(), pod_uid);
+                    Arc::make_mut(&mut state.replicas[replica].memory).claim_acquired.insert(uid.clone(), pod_uid);
                     put_pod(snap, written);
                     return Ok((Next::Again, notes.join("; ")));
                 }
@@ -684,7 +718,7 @@ fn perform(
             {
                 state.broken = Some(("I2 truthful loss", detail));
             }
-            state.replicas[replica].claim_acquired.remove(&uid);
+            forget(&mut state.replicas[replica], Note::Acquired, &uid);
             let mut notes = vec![note];
             for (pod_uid, then) in releases {
                 let Some(read) = raw(snap, &pod_uid) else { continue };
@@ -709,7 +743,7 @@ fn perform(
         Plan::MarkOutdated => write(state, snap, ClaimObj { phase: Some(cnpool_api::ClaimPhase::Outdated), ..claim }),
         Plan::Refuse(releases) => {
             let source = claim.source_pod.clone();
-            state.replicas[replica].serving.remove(&uid);
+            forget(&mut state.replicas[replica], Note::Serving, &uid);
             let (next, note) = write(state, snap, ClaimObj { pod_name: source, source_pod: None, ..claim });
             if let Next::Done = next {
                 return Ok((next, note));
@@ -726,7 +760,7 @@ fn perform(
             (Next::Again, notes.join("; "))
         }
         Plan::NoteServing(pod_uid) => {
-            state.replicas[replica].serving.insert(uid.clone(), pod_uid);
+            Arc::make_mut(&mut state.replicas[replica].memory).serving.insert(uid.clone(), pod_uid);
             (Next::Again, String::new())
         }
         Plan::ReleaseSource(pod_uid, then) => {
@@ -741,7 +775,7 @@ fn perform(
             }
         }
         Plan::EndMigration => {
-            state.replicas[replica].serving.remove(&uid);
+            forget(&mut state.replicas[replica], Note::Serving, &uid);
             write(state, snap, ClaimObj { source_pod: None, ..claim })
         }
     })
@@ -830,9 +864,10 @@ fn store_sync(model: &CheckModel, state: &mut State, replica: usize, name: &str)
     }
     let mut notes = Vec::new();
     if listed.is_some() && !plan.writes.is_empty() {
-        let Some(store) = state.stores.get_mut(name) else {
+        let Some(store) = state.stores.get(name) else {
             return Ok(note!("store reconcile of pod {name}: store no longer in HAKeeper"));
         };
+        let mut store = (**store).clone();
         for write in &plan.writes {
             match write {
                 StoreWrite::ReplaceLabels(labels) => store.labels = labels.clone(),
@@ -840,6 +875,7 @@ fn store_sync(model: &CheckModel, state: &mut State, replica: usize, name: &str)
             }
         }
         notes.push(note!("store of pod {name} written {:?} {:?}", store.work_state(), store.labels));
+        state.stores.insert(Arc::new(store));
     }
     if let Some(step) = plan.transition {
         let (_, note) = pod_write(model, state, &pod, Transition::Phase(step))?;

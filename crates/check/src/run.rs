@@ -7,7 +7,7 @@ use serde::Serialize;
 use stateright::{Checker, HasDiscoveries, Model};
 
 use crate::configs::Config;
-use crate::model::{CheckModel, State, actor, exclusive, renumbered, representative};
+use crate::model::{CheckModel, State, Symmetry, actor, exclusive};
 use crate::{Error, Variant};
 
 /// What a check found.
@@ -50,11 +50,14 @@ pub struct Options {
     pub timeout: Option<Duration>,
     /// Print the counts to stderr every ten seconds.
     pub progress: bool,
+    /// Reduce states by the model's symmetries (replicas; two
+    /// interchangeable claims). Off only to check the reduction itself.
+    pub symmetry: bool,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Self { threads: 2, timeout: None, progress: false }
+        Self { threads: 2, timeout: None, progress: false, symmetry: true }
     }
 }
 
@@ -64,7 +67,7 @@ impl Default for Options {
 pub fn check(config: Config, variant: Option<Variant>, options: &Options) -> Result<Report, Error> {
     let name = config.name.to_owned();
     let started = Instant::now();
-    let mut builder = CheckModel::new(config, variant).checker().threads(options.threads.max(1));
+    let mut builder = CheckModel::new(config, variant, options.symmetry).checker().threads(options.threads.max(1));
     if let Some(timeout) = options.timeout {
         builder = builder.timeout(timeout);
     }
@@ -118,19 +121,21 @@ fn explain(model: &CheckModel, property: &str, path: Vec<(State, Option<crate::m
 
 fn explain_traced(model: &CheckModel, property: &str, path: Vec<(State, Option<crate::model::Action>)>) -> Violation {
     // The path's states are representatives, whose replicas are sorted
-    // anew after each step: the trace replays it on states that keep each
-    // replica's number, so that "replica-1" is one replica throughout.
+    // (and claims perhaps swapped) anew after each step: the trace replays
+    // it on states that keep each replica's number and each claim's name,
+    // so that "replica-1" is one replica and `c0` one claim throughout.
     let mut trace = Vec::new();
     let mut last = None;
     let mut actual = path.first().map(|(state, _)| state.clone());
-    let mut permutation: Vec<usize> = (0..actual.as_ref().map_or(0, |state| state.replicas.len())).collect();
+    let replicas = actual.as_ref().map_or(0, |state| state.replicas.len());
+    let mut symmetry = Symmetry { replicas: (0..replicas).collect(), claims_swapped: false };
     for (step, (state, action)) in path.iter().enumerate() {
         match (action, actual.take()) {
             (Some(action), Some(current)) => {
-                let action = renumbered(action, &permutation);
+                let action = model.renumbered(action, &symmetry);
                 let (next, note) = model.step(&current, &action);
                 trace.push(format!("{:>10} {} {note}", step + 1, actor(&action)));
-                permutation = representative(&next).1;
+                symmetry = model.representative(&next).1;
                 actual = Some(next);
             }
             _ => last = Some(state),

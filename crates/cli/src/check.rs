@@ -8,7 +8,7 @@ use cnpool_check::{Config, Options, Variant};
 #[derive(clap::Args)]
 pub struct CheckArgs {
     /// The cluster to explore: two-replicas, migration, cutover or small
-    /// (and the tests' tiny ones: race, pair, prebound, lost-migration).
+    /// (and the tests' tiny ones: race, pair, prebound, lost-migration, twins).
     #[arg(long)]
     config: String,
     /// A deliberately broken variant of the protocol, which must be caught:
@@ -29,6 +29,10 @@ pub struct CheckArgs {
     /// Print the counts to stderr every ten seconds.
     #[arg(long)]
     progress: bool,
+    /// Explore without the symmetry reduction (replicas, interchangeable
+    /// claims): to measure or check the reduction itself.
+    #[arg(long)]
+    no_symmetry: bool,
 }
 
 /// How a check ended, as the exit status says it.
@@ -49,6 +53,7 @@ pub fn run(args: CheckArgs) -> anyhow::Result<Outcome> {
         threads: args.threads,
         timeout: args.timeout.map(std::time::Duration::from_secs),
         progress: args.progress,
+        symmetry: !args.no_symmetry,
     };
     let report = cnpool_check::check(config, variant, &options)?;
     if args.json {
