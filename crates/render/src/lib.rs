@@ -1,0 +1,6 @@
+pub mod cnset;
+pub mod gojson;
+pub mod quantity;
+pub mod spec;
+pub mod toml;
+pub mod version;
