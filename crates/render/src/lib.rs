@@ -4,3 +4,5 @@ pub mod quantity;
 pub mod spec;
 pub mod toml;
 pub mod version;
+pub mod config;
+pub mod deps;
