@@ -6,3 +6,4 @@ pub mod toml;
 pub mod version;
 pub mod config;
 pub mod deps;
+pub mod pod;
