@@ -19,8 +19,7 @@ const RESOURCES: &[Field] = &[
     field("requests", Shape::Map(&Shape::Quantity), Omit::Empty),
     field("claims", Shape::List(&Shape::Struct(RESOURCE_CLAIM)), Omit::Empty),
 ];
-const OBJECT_REF: &[Field] =
-    &[field("name", Shape::String, Omit::Empty), field("optional", Shape::Bool, Omit::Nil)];
+const OBJECT_REF: &[Field] = &[field("name", Shape::String, Omit::Empty), field("optional", Shape::Bool, Omit::Nil)];
 const ENV_FROM: &[Field] = &[
     field("prefix", Shape::String, Omit::Empty),
     field("configMapRef", Shape::Struct(OBJECT_REF), Omit::Nil),
@@ -169,10 +168,8 @@ const ZERO_TAIL: &str = r#","scalingConfig":{},"updateStrategy":{}}"#;
 /// (replicas 0, an overlay without podLabels/podAnnotations; image and config
 /// dropped when the in-place gates are on), Go-JSON encoded.
 pub fn hashed_json(template: &CNSetTemplate) -> Result<String, GoJsonError> {
-    let mut value = serde_json::to_value(template).map_err(|error| GoJsonError::Invalid {
-        path: "spec.template".into(),
-        reason: error.to_string(),
-    })?;
+    let mut value = serde_json::to_value(template)
+        .map_err(|error| GoJsonError::Invalid { path: "spec.template".into(), reason: error.to_string() })?;
     let Value::Object(map) = &mut value else {
         return Err(GoJsonError::Type { path: "spec.template".into(), expected: "an object" });
     };
@@ -201,10 +198,7 @@ pub fn hashed_json(template: &CNSetTemplate) -> Result<String, GoJsonError> {
 /// the JSON bytes (`[123 34 …]`), its decimal value mapped through
 /// `rand.SafeEncodeString`.
 pub fn revision_hash(go_json: &str) -> String {
-    let printed = format!(
-        "[{}]",
-        go_json.as_bytes().iter().map(u8::to_string).collect::<Vec<_>>().join(" ")
-    );
+    let printed = format!("[{}]", go_json.as_bytes().iter().map(u8::to_string).collect::<Vec<_>>().join(" "));
     let mut hash: u32 = 0x811c_9dc5;
     for byte in printed.bytes() {
         hash = hash.wrapping_mul(0x0100_0193);
@@ -242,7 +236,8 @@ mod tests {
     #[test]
     fn hash_digits_map_through_the_safe_alphabet() {
         // reference §0: 0→4, 1→5, … 9→f; FNV-1 of the example is 1837285748.
-        let digits: String = "1837285748".bytes().map(|d| char::from(b"bcdfghjklmnpqrstvwxz2456789"[usize::from(d) % 27])).collect();
+        let digits: String =
+            "1837285748".bytes().map(|d| char::from(b"bcdfghjklmnpqrstvwxz2456789"[usize::from(d) % 27])).collect();
         assert_eq!(digits, "5d7c6d9c8d");
     }
 

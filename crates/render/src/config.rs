@@ -33,7 +33,11 @@ pub fn cn_config(template: &CNSetTemplate, cluster: &Cluster) -> Result<String, 
     set(&mut config, &["service-type"], TomlValue::String("CN".into()));
     let discovery_fixed = mo_version(template).is_some_and(|version| version.major >= 2);
     if discovery_fixed {
-        set(&mut config, &["hakeeper-client", "discovery-address"], TomlValue::String(cluster.hakeeper_address.clone()));
+        set(
+            &mut config,
+            &["hakeeper-client", "discovery-address"],
+            TomlValue::String(cluster.hakeeper_address.clone()),
+        );
     } else {
         let addresses = cluster.service_addresses.iter().cloned().map(TomlValue::String).collect();
         set(&mut config, &["hakeeper-client", "service-addresses"], TomlValue::Array(addresses));
@@ -49,7 +53,11 @@ pub fn cn_config(template: &CNSetTemplate, cluster: &Cluster) -> Result<String, 
         set(&mut config, &["observability", "enableMetricToProm"], TomlValue::Boolean(true));
     }
     if let Some(port) = python_udf_port(template) {
-        set(&mut config, &["cn", "python-udf-client", "server-address"], TomlValue::String(format!("localhost:{port}")));
+        set(
+            &mut config,
+            &["cn", "python-udf-client", "server-address"],
+            TomlValue::String(format!("localhost:{port}")),
+        );
     }
     if template.scaling_config.as_ref().and_then(|scaling| scaling.store_drain_enabled) == Some(true) {
         set(&mut config, &["cn", "init-work-state"], TomlValue::String("Draining".into()));
@@ -93,7 +101,12 @@ fn fileservice(template: &CNSetTemplate, storage: &SharedStorageProvider) -> Tab
     fileservice
 }
 
-fn shared_fileservice(storage: &SharedStorageProvider, cache: BTreeMap<String, String>, name: &str, sub_dir: &str) -> Table {
+fn shared_fileservice(
+    storage: &SharedStorageProvider,
+    cache: BTreeMap<String, String>,
+    name: &str,
+    sub_dir: &str,
+) -> Table {
     let mut entry = Table::new();
     entry.insert("name".into(), TomlValue::String(name.into()));
     if let Some(s3) = storage.s3.as_ref() {
@@ -248,7 +261,10 @@ service-addresses = []
             "scalingConfig": {"storeDrainEnabled": true}
         }));
         let text = cn_config(&spec, &file_system_cluster("/test")).unwrap();
-        assert!(text.contains("\n[hakeeper-client]\ndiscovery-address = \"test-log-discovery.default.svc:32001\"\n"), "{text}");
+        assert!(
+            text.contains("\n[hakeeper-client]\ndiscovery-address = \"test-log-discovery.default.svc:32001\"\n"),
+            "{text}"
+        );
         assert!(text.contains("init-work-state = \"Draining\"\n"), "{text}");
         assert!(text.contains("role = \"TP\"\n"), "{text}");
     }
@@ -280,7 +296,8 @@ service-addresses = []
 
     #[test]
     fn the_config_map_digest_changes_with_any_key() {
-        let data = BTreeMap::from([("config.toml".to_owned(), "a".to_owned()), ("start.sh".to_owned(), "b".to_owned())]);
+        let data =
+            BTreeMap::from([("config.toml".to_owned(), "a".to_owned()), ("start.sh".to_owned(), "b".to_owned())]);
         let mut changed = data.clone();
         changed.insert("start.sh".into(), "c".into());
         assert_eq!(config_map_digest(&data).len(), 7);

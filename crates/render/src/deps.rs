@@ -31,7 +31,9 @@ pub struct Cluster {
 pub enum DepsError {
     #[error("spec.deps.logSet needs metadata.name: name the LogSet of the MatrixOne cluster the pool's CNs join")]
     LogSetUnnamed,
-    #[error("spec.deps.externalLogSet.haKeeperEndpoint is empty: give the HAKeeper's host:port, e.g. mo-log-discovery.default.svc:32001")]
+    #[error(
+        "spec.deps.externalLogSet.haKeeperEndpoint is empty: give the HAKeeper's host:port, e.g. mo-log-discovery.default.svc:32001"
+    )]
     EndpointEmpty,
     #[error("LogSet {namespace}/{name} is not ready yet ({reason})")]
     LogSetNotReady { namespace: String, name: String, reason: String },
@@ -82,7 +84,8 @@ pub fn cluster(
 fn log_set_cluster(log_set: &LogSet, reserve_ordinals: &[i32]) -> Result<Cluster, DepsError> {
     let name = log_set.metadata.name.clone().unwrap_or_default();
     let namespace = log_set.metadata.namespace.clone().unwrap_or_default();
-    let not_ready = |reason: String| DepsError::LogSetNotReady { namespace: namespace.clone(), name: name.clone(), reason };
+    let not_ready =
+        |reason: String| DepsError::LogSetNotReady { namespace: namespace.clone(), name: name.clone(), reason };
     // Go waits for Ready=True and Synced=True, the latter observed at the
     // current generation.
     let conditions = log_set.status.as_ref().map(|status| status.conditions.as_slice()).unwrap_or_default();
@@ -92,7 +95,10 @@ fn log_set_cluster(log_set: &LogSet, reserve_ordinals: &[i32]) -> Result<Cluster
         match condition {
             Some(condition) if condition.status == "True" => {
                 if wanted == "Synced" && condition.observed_generation.unwrap_or(0) < generation {
-                    return Err(not_ready(format!("condition Synced is for generation {} of {generation}", condition.observed_generation.unwrap_or(0))));
+                    return Err(not_ready(format!(
+                        "condition Synced is for generation {} of {generation}",
+                        condition.observed_generation.unwrap_or(0)
+                    )));
                 }
             }
             Some(condition) => return Err(not_ready(format!("condition {wanted} is {}", condition.status))),
@@ -122,7 +128,10 @@ fn log_set_cluster(log_set: &LogSet, reserve_ordinals: &[i32]) -> Result<Cluster
 /// How long a released CN may drain before it is terminated:
 /// `drainStrategy.timeout`, else the template's
 /// `scalingConfig.storeDrainTimeout`, else the CNSet webhook's 5 minutes.
-pub fn drain_timeout(drain_strategy_timeout: Option<&GoDuration>, template: &CNSetTemplate) -> Result<Duration, DurationError> {
+pub fn drain_timeout(
+    drain_strategy_timeout: Option<&GoDuration>,
+    template: &CNSetTemplate,
+) -> Result<Duration, DurationError> {
     let from_template = template.scaling_config.as_ref().and_then(|scaling| scaling.store_drain_timeout.as_ref());
     match drain_strategy_timeout.or(from_template) {
         Some(timeout) => timeout.parse(),

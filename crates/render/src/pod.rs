@@ -60,11 +60,15 @@ pub fn with_webhook_defaults(mut spec: CNSetTemplate) -> CNSetTemplate {
         cache.memory_cache_size = Some(K8sQuantity(scaled(&memory, 1, 2).to_string()));
     }
     let volume_size = spec.cache_volume.as_ref().and_then(|volume| volume.size.as_ref());
-    if let Some(size) = volume_size.and_then(|size| Quantity::parse(&size.0).ok()).filter(|_| cache.disk_cache_size.is_none()) {
+    if let Some(size) =
+        volume_size.and_then(|size| Quantity::parse(&size.0).ok()).filter(|_| cache.disk_cache_size.is_none())
+    {
         cache.disk_cache_size = Some(K8sQuantity(scaled(&size, 9, 10).to_string()));
     }
     if let Some(scaling) = spec.scaling_config.as_mut().filter(|scaling| scaling.store_drain_enabled == Some(true)) {
-        scaling.store_drain_timeout.get_or_insert_with(|| GoDuration::new(format!("{}m0s", DEFAULT_STORE_DRAIN_TIMEOUT.as_secs() / 60)));
+        scaling
+            .store_drain_timeout
+            .get_or_insert_with(|| GoDuration::new(format!("{}m0s", DEFAULT_STORE_DRAIN_TIMEOUT.as_secs() / 60)));
     }
     if spec.service_args.is_empty() {
         spec.service_args = DEFAULT_CN_ARGS.iter().map(|arg| (*arg).to_owned()).collect();
@@ -140,9 +144,7 @@ pub enum RenderError {
     Config(#[from] ConfigError),
     #[error("spec.template.image is empty: give the MatrixOne CN image, e.g. matrixorigin/matrixone:1.2.0")]
     NoImage,
-    #[error(
-        "spec.template: neither semanticVersion nor the image tag is a version; set semanticVersion, e.g. 1.2.0"
-    )]
+    #[error("spec.template: neither semanticVersion nor the image tag is a version; set semanticVersion, e.g. 1.2.0")]
     NoVersion,
 }
 
@@ -178,35 +180,56 @@ pub fn render(
     let mut volumes: Vec<Volume> = Vec::new();
     if let Some(s3) = storage.s3.as_ref() {
         if let Some(certificates) = s3.certificate_ref.as_ref() {
-            upsert(&mut volumes, Volume {
-                name: S3_CERTIFICATE_VOLUME.into(),
-                secret: Some(SecretVolumeSource { secret_name: Some(certificates.name.clone()), ..Default::default() }),
-                ..Volume::default()
-            }, |v| v.name.clone());
+            upsert(
+                &mut volumes,
+                Volume {
+                    name: S3_CERTIFICATE_VOLUME.into(),
+                    secret: Some(SecretVolumeSource {
+                        secret_name: Some(certificates.name.clone()),
+                        ..Default::default()
+                    }),
+                    ..Volume::default()
+                },
+                |v| v.name.clone(),
+            );
         }
         let env = main.env.get_or_insert_with(Vec::new);
         if let Some(secret) = s3.secret_ref.as_ref() {
             for key in ["AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"] {
-                upsert(env, EnvVar {
-                    name: key.into(),
-                    value_from: Some(EnvVarSource {
-                        secret_key_ref: Some(SecretKeySelector { name: secret.name.clone(), key: key.into(), optional: None }),
-                        ..EnvVarSource::default()
-                    }),
-                    ..EnvVar::default()
-                }, |v| v.name.clone());
+                upsert(
+                    env,
+                    EnvVar {
+                        name: key.into(),
+                        value_from: Some(EnvVarSource {
+                            secret_key_ref: Some(SecretKeySelector {
+                                name: secret.name.clone(),
+                                key: key.into(),
+                                optional: None,
+                            }),
+                            ..EnvVarSource::default()
+                        }),
+                        ..EnvVar::default()
+                    },
+                    |v| v.name.clone(),
+                );
             }
         }
         if s3.certificate_ref.is_some() {
-            upsert(main.volume_mounts.get_or_insert_with(Vec::new), VolumeMount {
-                name: S3_CERTIFICATE_VOLUME.into(),
-                mount_path: S3_CERTIFICATE_PATH.into(),
-                read_only: Some(true),
-                ..VolumeMount::default()
-            }, |m| m.name.clone());
+            upsert(
+                main.volume_mounts.get_or_insert_with(Vec::new),
+                VolumeMount {
+                    name: S3_CERTIFICATE_VOLUME.into(),
+                    mount_path: S3_CERTIFICATE_PATH.into(),
+                    read_only: Some(true),
+                    ..VolumeMount::default()
+                },
+                |m| m.name.clone(),
+            );
         }
         let region = if s3.region.is_empty() { "us-west-2" } else { &s3.region };
-        upsert(env, EnvVar { name: "AWS_REGION".into(), value: Some(region.into()), ..EnvVar::default() }, |v| v.name.clone());
+        upsert(env, EnvVar { name: "AWS_REGION".into(), value: Some(region.into()), ..EnvVar::default() }, |v| {
+            v.name.clone()
+        });
     }
     let mut spec = PodSpec {
         containers: vec![main],
@@ -224,7 +247,10 @@ pub fn render(
                     max_skew: 1,
                     topology_key: key.clone(),
                     when_unsatisfiable: "DoNotSchedule".into(),
-                    label_selector: Some(LabelSelector { match_labels: Some(names.instance_labels()), ..Default::default() }),
+                    label_selector: Some(LabelSelector {
+                        match_labels: Some(names.instance_labels()),
+                        ..Default::default()
+                    }),
                     ..TopologySpreadConstraint::default()
                 })
                 .collect(),
@@ -306,7 +332,11 @@ pub fn render(
     });
     Ok(Rendered {
         pod: PodTemplateSpec {
-            metadata: Some(ObjectMeta { labels: Some(pod_labels), annotations: Some(annotations), ..ObjectMeta::default() }),
+            metadata: Some(ObjectMeta {
+                labels: Some(pod_labels),
+                annotations: Some(annotations),
+                ..ObjectMeta::default()
+            }),
             spec: Some(spec),
         },
         config_map: ConfigMap { metadata: owned_meta(config_map_name), data: Some(data), ..ConfigMap::default() },
@@ -339,7 +369,11 @@ fn main_container(template: &CNSetTemplate, names: &PodNames, gates: bool, overl
     let mut env = vec![
         field_env("POD_NAME", "metadata.name"),
         field_env("NAMESPACE", "metadata.namespace"),
-        EnvVar { name: "HEADLESS_SERVICE_NAME".into(), value: Some(names.headless_service.clone()), ..EnvVar::default() },
+        EnvVar {
+            name: "HEADLESS_SERVICE_NAME".into(),
+            value: Some(names.headless_service.clone()),
+            ..EnvVar::default()
+        },
         field_env("POD_IP", "status.podIP"),
     ];
     if gates {
@@ -359,8 +393,12 @@ fn main_container(template: &CNSetTemplate, names: &PodNames, gates: bool, overl
             ..EnvVar::default()
         });
     }
-    let mut mounts =
-        vec![VolumeMount { name: CONFIG_VOLUME.into(), mount_path: CONFIG_PATH.into(), read_only: Some(true), ..Default::default() }];
+    let mut mounts = vec![VolumeMount {
+        name: CONFIG_VOLUME.into(),
+        mount_path: CONFIG_PATH.into(),
+        read_only: Some(true),
+        ..Default::default()
+    }];
     if template.cache_volume.is_some() {
         mounts.push(VolumeMount { name: DATA_VOLUME.into(), mount_path: DATA_PATH.into(), ..Default::default() });
     }
@@ -382,11 +420,7 @@ fn python_udf_container(template: &CNSetTemplate, port: i64) -> Container {
         name: "python-udf".into(),
         image: Some(sidecar.image.filter(|image| !image.is_empty()).unwrap_or_else(|| PYTHON_UDF_DEFAULT_IMAGE.into())),
         resources: sidecar.resources,
-        command: Some(vec![
-            "/bin/bash".into(),
-            "-c".into(),
-            format!("python -u server.py --address=localhost:{port}"),
-        ]),
+        command: Some(vec!["/bin/bash".into(), "-c".into(), format!("python -u server.py --address=localhost:{port}")]),
         ..Container::default()
     };
     if let Some(overlay) = sidecar.overlay.as_ref() {
@@ -558,7 +592,10 @@ mod tests {
             cnpool_api::cn_store_uuid("test-5d7c6d9c8d-cn-x8k2p", &names.headless_service, &names.namespace),
             "36333564-3630-6436-6133-323163326361"
         );
-        assert_eq!(cnpool_api::cn_store_uuid("mo-cn-abcde", "mo-cn-headless", "prod"), "32666366-3130-3732-6238-383563343136");
+        assert_eq!(
+            cnpool_api::cn_store_uuid("mo-cn-abcde", "mo-cn-headless", "prod"),
+            "32666366-3130-3732-6238-383563343136"
+        );
     }
 
     #[test]
@@ -583,7 +620,10 @@ mod tests {
         let main = main(&rendered);
         assert_eq!(main.name, "main");
         assert_eq!(main.image.as_deref(), Some("matrixorigin/matrixone:1.2.0"));
-        assert_eq!(main.resources.as_ref().and_then(|r| r.requests.as_ref()).map(|r| r["cpu"].0.clone()), Some("2".into()));
+        assert_eq!(
+            main.resources.as_ref().and_then(|r| r.requests.as_ref()).map(|r| r["cpu"].0.clone()),
+            Some("2".into())
+        );
         assert_eq!(main.command, Some(vec!["/bin/sh".to_owned(), "/etc/matrixone/config/start.sh".to_owned()]));
         assert_eq!(main.args, Some(vec!["-debug-http=:6060".to_owned()]));
         assert!(main.ports.is_none() && main.readiness_probe.is_none() && main.image_pull_policy.is_none());
@@ -686,15 +726,23 @@ mod tests {
             }),
             ..SharedStorageProvider::default()
         });
-        let rendered = render(&template(serde_json::json!({"image": "mo:1.2.0"})), &BTreeMap::new(), &names(), &cluster).unwrap();
+        let rendered =
+            render(&template(serde_json::json!({"image": "mo:1.2.0"})), &BTreeMap::new(), &names(), &cluster).unwrap();
         let main = main(&rendered);
         assert_eq!(env_value(&main, "AWS_REGION").as_deref(), Some("us-west-2"));
-        let secret = main.env.iter().flatten().find(|v| v.name == "AWS_SECRET_ACCESS_KEY").and_then(|v| v.value_from.clone());
-        assert_eq!(secret.and_then(|s| s.secret_key_ref).map(|r| (r.name, r.key)), Some(("aws".into(), "AWS_SECRET_ACCESS_KEY".into())));
+        let secret =
+            main.env.iter().flatten().find(|v| v.name == "AWS_SECRET_ACCESS_KEY").and_then(|v| v.value_from.clone());
+        assert_eq!(
+            secret.and_then(|s| s.secret_key_ref).map(|r| (r.name, r.key)),
+            Some(("aws".into(), "AWS_SECRET_ACCESS_KEY".into()))
+        );
         assert!(main.volume_mounts.iter().flatten().any(|m| m.name == "s3-ssl" && m.mount_path == "/etc/s3-ssl"));
-        let volumes: Vec<&str> = rendered.pod.spec.as_ref().unwrap().volumes.iter().flatten().map(|v| v.name.as_str()).collect();
+        let volumes: Vec<&str> =
+            rendered.pod.spec.as_ref().unwrap().volumes.iter().flatten().map(|v| v.name.as_str()).collect();
         assert_eq!(volumes, ["s3-ssl", "config"]);
-        assert!(rendered.config_map.data.as_ref().unwrap()["config.toml"].contains("cert-files = [\"/etc/s3-ssl/ca.pem\"]"));
+        assert!(
+            rendered.config_map.data.as_ref().unwrap()["config.toml"].contains("cert-files = [\"/etc/s3-ssl/ca.pem\"]")
+        );
     }
 
     #[test]
@@ -707,7 +755,9 @@ mod tests {
             "pythonUdfSidecar": {"enabled": true}
         }));
         let main = main(&rendered);
-        assert!(main.volume_mounts.iter().flatten().any(|m| m.name == "mo-data" && m.mount_path == "/var/lib/matrixone"));
+        assert!(
+            main.volume_mounts.iter().flatten().any(|m| m.name == "mo-data" && m.mount_path == "/var/lib/matrixone")
+        );
         assert!(main.volume_mounts.iter().flatten().any(|m| m.name == "tmpfs" && m.mount_path == "/matrixone/bin"));
         assert_eq!(env_value(&main, "MO_BIN_PATH").as_deref(), Some("/matrixone/bin"));
         let claim = rendered.data_claim.clone().unwrap();
@@ -740,7 +790,8 @@ mod tests {
     fn a_template_without_image_or_version_is_refused_by_field() {
         let err = render(&template(serde_json::json!({})), &BTreeMap::new(), &names(), &cluster()).unwrap_err();
         assert!(err.to_string().contains("spec.template.image"));
-        let err = render(&template(serde_json::json!({"image": "mo:latest"})), &BTreeMap::new(), &names(), &cluster()).unwrap_err();
+        let err = render(&template(serde_json::json!({"image": "mo:latest"})), &BTreeMap::new(), &names(), &cluster())
+            .unwrap_err();
         assert!(err.to_string().contains("semanticVersion"));
     }
 

@@ -29,7 +29,9 @@ pub struct Quantity {
 
 /// A quantity text Go's `resource.ParseQuantity` would refuse.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("`{text}` is not a Kubernetes quantity: write a number with an optional suffix, e.g. `500m`, `2`, `8Gi` or `1e3`")]
+#[error(
+    "`{text}` is not a Kubernetes quantity: write a number with an optional suffix, e.g. `500m`, `2`, `8Gi` or `1e3`"
+)]
 pub struct QuantityError {
     pub text: String,
 }
@@ -76,7 +78,8 @@ impl Quantity {
         if quantity.exponent < -9 {
             let shift = u32::try_from(-9 - quantity.exponent).map_err(|_| error())?;
             let divisor = 10_i128.checked_pow(shift).ok_or_else(error)?;
-            let rounded = quantity.mantissa / divisor + quantity.mantissa.signum() * i128::from(quantity.mantissa % divisor != 0);
+            let rounded =
+                quantity.mantissa / divisor + quantity.mantissa.signum() * i128::from(quantity.mantissa % divisor != 0);
             quantity = Quantity { mantissa: rounded, exponent: -9, format };
             quantity.normalise();
         }

@@ -26,7 +26,8 @@ impl Version {
         let mut values = [0_u64; 3];
         for (slot, part) in values.iter_mut().zip(&parts) {
             // semver refuses leading zeros and empty parts.
-            if part.is_empty() || (part.len() > 1 && part.starts_with('0')) || !part.bytes().all(|b| b.is_ascii_digit()) {
+            if part.is_empty() || (part.len() > 1 && part.starts_with('0')) || !part.bytes().all(|b| b.is_ascii_digit())
+            {
                 return None;
             }
             *slot = part.parse().ok()?;
