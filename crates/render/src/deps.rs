@@ -1,0 +1,229 @@
+//! Where a pool's CNs find their MatrixOne cluster (reference §5), and the
+//! pool's drain timeout (reference §1, §6).
+
+use std::time::Duration;
+
+use cnpool_api::{DurationError, GoDuration};
+
+use crate::spec::{CNSetTemplate, GoPoolDeps, LogSet, SharedStorageProvider};
+
+/// The HAKeeper (log service) port of a LogSet.
+pub const HAKEEPER_PORT: i32 = 32001;
+
+/// The CNSet webhook's drain timeout; pools always drain (reference §1).
+pub const DEFAULT_STORE_DRAIN_TIMEOUT: Duration = Duration::from_secs(5 * 60);
+
+/// The MatrixOne cluster a pool's CNs join, resolved from its `deps`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Cluster {
+    /// `host:port` the operator's HAKeeper client dials (Go: always the
+    /// LogSet's `status.discovery`).
+    pub hakeeper_address: String,
+    /// The log service Services for `hakeeper-client.service-addresses` of
+    /// MatrixOne < 2; the HAKeeper address alone for an external log set.
+    pub service_addresses: Vec<String>,
+    /// The LogSet's shared storage, which the CN config and env point at;
+    /// `None` for an external log set (the user's `config` must name it).
+    pub shared_storage: Option<SharedStorageProvider>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DepsError {
+    #[error("spec.deps.logSet needs metadata.name: name the LogSet of the MatrixOne cluster the pool's CNs join")]
+    LogSetUnnamed,
+    #[error(
+        "spec.deps.externalLogSet.haKeeperEndpoint is empty: give the HAKeeper's host:port, e.g. mo-log-discovery.default.svc:32001"
+    )]
+    EndpointEmpty,
+    #[error("LogSet {namespace}/{name} is not ready yet ({reason})")]
+    LogSetNotReady { namespace: String, name: String, reason: String },
+    #[error("LogSet {namespace}/{name} had not yet exposed HAKeeper discovery address (status.discovery)")]
+    NoDiscovery { namespace: String, name: String },
+}
+
+/// The namespace and name of the LogSet `deps` names; a LogSet without a
+/// namespace is looked up in the pool's (Go would fail the read instead).
+pub fn log_set_key(deps: &GoPoolDeps, pool_namespace: &str) -> Result<Option<(String, String)>, DepsError> {
+    let Some(log_set) = deps.log_set.as_ref() else { return Ok(None) };
+    let name = log_set.metadata.name.clone().filter(|name| !name.is_empty()).ok_or(DepsError::LogSetUnnamed)?;
+    let namespace =
+        log_set.metadata.namespace.clone().filter(|ns| !ns.is_empty()).unwrap_or_else(|| pool_namespace.to_owned());
+    Ok(Some((namespace, name)))
+}
+
+/// The cluster of a pool with `deps`, from the LogSet read at
+/// [`log_set_key`] (`log_set`, with the `reserveOrdinals` of its log
+/// StatefulSet) or from `externalLogSet`. A `logSet` wins over an
+/// `externalLogSet`, as the Go renderer only ever reads the LogSet. `None`
+/// when `deps` names neither: such a pool uses the operator's default
+/// HAKeeper.
+pub fn cluster(
+    deps: &GoPoolDeps,
+    log_set: Option<&LogSet>,
+    reserve_ordinals: &[i32],
+) -> Result<Option<Cluster>, DepsError> {
+    if let Some((namespace, name)) = log_set_key(deps, "")? {
+        let read = log_set.ok_or_else(|| DepsError::LogSetNotReady {
+            namespace: namespace.clone(),
+            name: name.clone(),
+            reason: "not found".into(),
+        })?;
+        return log_set_cluster(read, reserve_ordinals).map(Some);
+    }
+    match deps.external_log_set.as_ref() {
+        Some(external) if external.ha_keeper_endpoint.trim().is_empty() => Err(DepsError::EndpointEmpty),
+        Some(external) => Ok(Some(Cluster {
+            hakeeper_address: external.ha_keeper_endpoint.trim().to_owned(),
+            service_addresses: vec![external.ha_keeper_endpoint.trim().to_owned()],
+            shared_storage: None,
+        })),
+        None => Ok(None),
+    }
+}
+
+fn log_set_cluster(log_set: &LogSet, reserve_ordinals: &[i32]) -> Result<Cluster, DepsError> {
+    let name = log_set.metadata.name.clone().unwrap_or_default();
+    let namespace = log_set.metadata.namespace.clone().unwrap_or_default();
+    let not_ready =
+        |reason: String| DepsError::LogSetNotReady { namespace: namespace.clone(), name: name.clone(), reason };
+    // Go waits for Ready=True and Synced=True, the latter observed at the
+    // current generation.
+    let conditions = log_set.status.as_ref().map(|status| status.conditions.as_slice()).unwrap_or_default();
+    let generation = log_set.metadata.generation.unwrap_or(0);
+    for wanted in ["Ready", "Synced"] {
+        let condition = conditions.iter().find(|condition| condition.type_ == wanted);
+        match condition {
+            Some(condition) if condition.status == "True" => {
+                if wanted == "Synced" && condition.observed_generation.unwrap_or(0) < generation {
+                    return Err(not_ready(format!(
+                        "condition Synced is for generation {} of {generation}",
+                        condition.observed_generation.unwrap_or(0)
+                    )));
+                }
+            }
+            Some(condition) => return Err(not_ready(format!("condition {wanted} is {}", condition.status))),
+            None => return Err(not_ready(format!("no condition {wanted}"))),
+        }
+    }
+    let discovery = log_set
+        .status
+        .as_ref()
+        .and_then(|status| status.discovery.as_ref())
+        .filter(|discovery| !discovery.address.is_empty())
+        .ok_or_else(|| DepsError::NoDiscovery { namespace: namespace.clone(), name: name.clone() })?;
+    let spec = log_set.spec.clone().unwrap_or_default();
+    let replicas = usize::try_from(spec.replicas.unwrap_or(0)).unwrap_or(0);
+    let service_addresses = (0..)
+        .filter(|ordinal| !reserve_ordinals.contains(ordinal))
+        .take(replicas)
+        .map(|ordinal| format!("{name}-log-{ordinal}.{name}-log-headless.{namespace}.svc:{HAKEEPER_PORT}"))
+        .collect();
+    Ok(Cluster {
+        hakeeper_address: format!("{}:{}", discovery.address, discovery.port),
+        service_addresses,
+        shared_storage: spec.shared_storage,
+    })
+}
+
+/// How long a released CN may drain before it is terminated:
+/// `drainStrategy.timeout`, else the template's
+/// `scalingConfig.storeDrainTimeout`, else the CNSet webhook's 5 minutes.
+pub fn drain_timeout(
+    drain_strategy_timeout: Option<&GoDuration>,
+    template: &CNSetTemplate,
+) -> Result<Duration, DurationError> {
+    let from_template = template.scaling_config.as_ref().and_then(|scaling| scaling.store_drain_timeout.as_ref());
+    match drain_strategy_timeout.or(from_template) {
+        Some(timeout) => timeout.parse(),
+        None => Ok(DEFAULT_STORE_DRAIN_TIMEOUT),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::ScalingConfig;
+
+    fn log_set(json: serde_json::Value) -> LogSet {
+        serde_json::from_value(json).unwrap()
+    }
+
+    fn ready_mo_log_set(replicas: i32) -> LogSet {
+        log_set(serde_json::json!({
+            "metadata": {"name": "mo", "namespace": "default", "generation": 2},
+            "spec": {"replicas": replicas, "sharedStorage": {"fileSystem": {"path": "/test"}}},
+            "status": {
+                "conditions": [
+                    {"type": "Ready", "status": "True", "reason": "", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"},
+                    {"type": "Synced", "status": "True", "observedGeneration": 2, "reason": "", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}
+                ],
+                "discovery": {"address": "mo-log-discovery.default.svc", "port": 32001}
+            }
+        }))
+    }
+
+    fn deps(json: serde_json::Value) -> GoPoolDeps {
+        serde_json::from_value(json).unwrap()
+    }
+
+    #[test]
+    fn a_ready_log_set_gives_its_discovery_address_and_log_services() {
+        // reference §5: L=mo, LNS=default → mo-log-discovery.default.svc:32001; replicas 3 → ordinals 0,1,2.
+        let deps = deps(serde_json::json!({"logSet": {"metadata": {"name": "mo", "namespace": "default"}}}));
+        let cluster = cluster(&deps, Some(&ready_mo_log_set(3)), &[]).unwrap().unwrap();
+        assert_eq!(cluster.hakeeper_address, "mo-log-discovery.default.svc:32001");
+        assert_eq!(
+            cluster.service_addresses,
+            [
+                "mo-log-0.mo-log-headless.default.svc:32001",
+                "mo-log-1.mo-log-headless.default.svc:32001",
+                "mo-log-2.mo-log-headless.default.svc:32001"
+            ]
+        );
+        // reference §3: replicas 3, reserveOrdinals [1] → ordinals 0, 2, 3.
+        let reserved = super::cluster(&deps, Some(&ready_mo_log_set(3)), &[1]).unwrap().unwrap();
+        let ordinals: Vec<&str> = reserved.service_addresses.iter().map(|a| &a[..8]).collect();
+        assert_eq!(ordinals, ["mo-log-0", "mo-log-2", "mo-log-3"]);
+    }
+
+    #[test]
+    fn a_log_set_not_ready_or_without_discovery_is_waited_for() {
+        let deps = deps(serde_json::json!({"logSet": {"metadata": {"name": "mo", "namespace": "default"}}}));
+        let mut stale = ready_mo_log_set(3);
+        stale.metadata.generation = Some(3);
+        let err = cluster(&deps, Some(&stale), &[]).unwrap_err();
+        assert!(matches!(err, DepsError::LogSetNotReady { .. }), "{err}");
+        let mut hidden = ready_mo_log_set(3);
+        if let Some(status) = hidden.status.as_mut() {
+            status.discovery = None;
+        }
+        assert!(matches!(cluster(&deps, Some(&hidden), &[]), Err(DepsError::NoDiscovery { .. })));
+        assert!(matches!(cluster(&deps, None, &[]), Err(DepsError::LogSetNotReady { .. })));
+    }
+
+    #[test]
+    fn an_external_log_set_is_its_endpoint_and_no_deps_is_none() {
+        let external = deps(serde_json::json!({"externalLogSet": {"haKeeperEndpoint": "hk.example:32001"}}));
+        let cluster = cluster(&external, None, &[]).unwrap().unwrap();
+        assert_eq!(cluster.hakeeper_address, "hk.example:32001");
+        assert_eq!(super::cluster(&GoPoolDeps::default(), None, &[]), Ok(None));
+        let empty = deps(serde_json::json!({"externalLogSet": {"haKeeperEndpoint": ""}}));
+        assert_eq!(super::cluster(&empty, None, &[]), Err(DepsError::EndpointEmpty));
+    }
+
+    #[test]
+    fn a_log_set_without_namespace_is_looked_up_in_the_pools() {
+        let deps = deps(serde_json::json!({"logSet": {"metadata": {"name": "mo"}}}));
+        assert_eq!(log_set_key(&deps, "tenant"), Ok(Some(("tenant".into(), "mo".into()))));
+    }
+
+    #[test]
+    fn drain_timeout_prefers_the_strategy_then_the_template_then_five_minutes() {
+        let mut template = CNSetTemplate::default();
+        assert_eq!(drain_timeout(None, &template), Ok(Duration::from_secs(300)));
+        template.scaling_config =
+            Some(ScalingConfig { store_drain_timeout: Some(GoDuration::new("10m")), ..ScalingConfig::default() });
+        assert_eq!(drain_timeout(None, &template), Ok(Duration::from_secs(600)));
+        assert_eq!(drain_timeout(Some(&GoDuration::new("30s")), &template), Ok(Duration::from_secs(30)));
+    }
+}
