@@ -54,9 +54,10 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# render ARGS...: the chart's manifests for release cnpool in $ns. helm notes
-# the chart's symlinks on stderr; only stdout is the manifests.
-render() { "$helm" template cnpool "$chart" -n "$ns" "$@" 2>/dev/null; }
+# render ARGS...: the chart's manifests for release cnpool in $ns, for
+# Kubernetes 1.20 unless ARGS name another --kube-version. helm notes the
+# chart's symlinks on stderr; only stdout is the manifests.
+render() { "$helm" template cnpool "$chart" -n "$ns" --kube-version 1.20.2 "$@" 2>/dev/null; }
 # docs KIND: the YAML documents of that kind in the stream on stdin.
 docs() {
   awk -v kind="kind: $1" '
@@ -71,11 +72,10 @@ objects() { kubectl create --dry-run=client -o json -f - | jq -cs '[.[] | (.item
 server_accepts() { printf '%s\n' "$1" | kubectl apply --dry-run=server -f -; }
 
 check "helm lint" "$helm" lint --strict "$chart"
-check "helm lint (cert-manager, no PodDisruptionBudget)" "$helm" lint --strict "$chart" \
-  --set webhook.certificate.source=cert-manager --set podDisruptionBudget.enabled=false
+check "helm lint (cert-manager)" "$helm" lint --strict "$chart" --set webhook.certificate.source=cert-manager
 
 # --- Cluster-wide, certificate made by the chart, as for kube-apiserver 1.20.
-rendered=$(render --kube-version 1.20.2)
+rendered=$(render)
 check "helm template (cluster-wide) renders" test -n "$rendered"
 check "the server accepts the cluster-wide install (dry run)" server_accepts "$rendered"
 # The ClusterRole's rules as JSON, from YAML on stdin.
@@ -148,7 +148,7 @@ check "enabled where the API is not served, it fails naming the fix" \
   "$("$helm" template cnpool "$chart" --set metrics.serviceMonitor.enabled=true 2>&1)"
 
 # --- cert-manager: a Certificate and the injector's annotation, no Secret.
-managed=$(render --kube-version 1.20.2 --api-versions cert-manager.io/v1)
+managed=$(render --api-versions cert-manager.io/v1)
 check "with cert-manager's API, no Secret is rendered" \
   expect_eq "" "$(docs Secret <<< "$managed")"
 check "with cert-manager's API, a Certificate for $service.$ns.svc into the mounted Secret" \
@@ -169,15 +169,15 @@ check "source=secret renders no Secret and no Certificate, mounts the one named"
 check "source=secret puts webhook.caBundle in every webhook" \
   expect_eq "Q0E=" "$(objects <<< "$own" | jq -r '[.[] | select(.kind == "ValidatingWebhookConfiguration") | .webhooks[].clientConfig.caBundle] | unique | join(" ")')"
 
-# --- One namespace.
-scoped=$(render --kube-version 1.20.2 --set watchNamespace=mo)
+# --- One namespace (this one: the Role's namespace must exist).
+scoped=$(render --set watchNamespace="$ns")
 check "the server accepts the one-namespace install (dry run)" server_accepts "$scoped"
-check "helm template --set watchNamespace=mo passes --namespace=mo" expect_match 'namespace=mo' "$scoped"
+check "helm template --set watchNamespace=$ns passes --namespace=$ns" expect_match "- --namespace=$ns" "$scoped"
 check "limited to one namespace it grants a Role, no ClusterRole" \
   sh -c "! printf '%s\n' \"\$1\" | grep -q '^kind: ClusterRole$'" _ "$scoped"
 
 # --- The usual values, accepted by the server and on the pods.
-usual=$(render --kube-version 1.20.2 --set fullnameOverride=pool-op --set nameOverride=pooler \
+usual=$(render --set fullnameOverride=pool-op --set nameOverride=pooler \
   --set 'imagePullSecrets[0].name=registry' --set podAnnotations.team=db --set podLabels.tier=control \
   --set priorityClassName=system-cluster-critical --set nodeSelector.pool=system \
   --set 'tolerations[0].key=dedicated' --set 'tolerations[0].operator=Exists' \
