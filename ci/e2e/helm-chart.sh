@@ -98,8 +98,9 @@ check "every webhook has the same, non-empty caBundle" \
   "$(wc -l < "$tmp/bundles") $(one '[.[] | select(.kind == "ValidatingWebhookConfiguration") | .webhooks[].clientConfig.caBundle | select(. != null and . != "")] | length')"
 check "every webhook calls the webhook Service, $service.$ns" \
   expect_eq "$service.$ns" "$(one '[.[] | select(.kind == "ValidatingWebhookConfiguration") | .webhooks[].clientConfig.service | "\(.name).\(.namespace)"] | unique | join(" ")')"
-check "the caBundle verifies the serving certificate (openssl verify)" \
-  openssl verify -CAfile "$tmp/ca.crt" "$tmp/tls.crt"
+# As the apiserver checks it: the chain to the caBundle, and the name it dials.
+check "the caBundle verifies the serving certificate for $service.$ns.svc (openssl verify)" \
+  openssl verify -CAfile "$tmp/ca.crt" -verify_hostname "$service.$ns.svc" "$tmp/tls.crt"
 sans=$(openssl x509 -in "$tmp/tls.crt" -noout -ext subjectAltName 2>&1)
 for name in "$service" "$service.$ns" "$service.$ns.svc" "$service.$ns.svc.cluster.local"; do
   check "the certificate's subjectAltName has DNS:$name" expect_match "DNS:$name(,|$)" "$sans"
@@ -209,7 +210,7 @@ live_bundles() { kubectl get validatingwebhookconfiguration "$release-cnpool" -o
 live_verifies() {
   kubectl -n "$ns" get secret "$release-cnpool-webhook-tls" -o json | jq -r '.data["tls.crt"]' | base64 -d > "$tmp/live.crt"
   live_bundles | base64 -d > "$tmp/live-ca.crt"
-  openssl verify -CAfile "$tmp/live-ca.crt" "$tmp/live.crt"
+  openssl verify -CAfile "$tmp/live-ca.crt" -verify_hostname "$release-cnpool-webhook.$ns.svc" "$tmp/live.crt"
 }
 check "helm install (certificate made by the chart)" install install
 check "installed: the caBundle verifies the Secret's certificate" live_verifies
