@@ -208,14 +208,14 @@ install() { "$helm" "$@" "$release" "$chart" -n "$ns" --set watchNamespace="$ns"
 live_secret() { kubectl -n "$ns" get secret "$release-cnpool-webhook-tls" -o json | jq -r '.data["tls.crt"]'; }
 live_bundles() { kubectl get validatingwebhookconfiguration "$release-cnpool" -o json | jq -r '[.webhooks[].clientConfig.caBundle] | unique | join(" ")'; }
 live_verifies() {
-  kubectl -n "$ns" get secret "$release-cnpool-webhook-tls" -o json | jq -r '.data["tls.crt"]' | base64 -d > "$tmp/live.crt"
+  live_secret | base64 -d > "$tmp/live.crt"
   live_bundles | base64 -d > "$tmp/live-ca.crt"
   openssl verify -CAfile "$tmp/live-ca.crt" -verify_hostname "$release-cnpool-webhook.$ns.svc" "$tmp/live.crt"
 }
 check "helm install (certificate made by the chart)" install install
 check "installed: the caBundle verifies the Secret's certificate" live_verifies
-check "installed: the PodDisruptionBudget is policy/v1beta1 (the server's discovery)" \
-  kubectl -n "$ns" get poddisruptionbudgets.v1beta1.policy "$release-cnpool-operator"
+check "installed: the PodDisruptionBudget is policy/v1beta1 (from the server's discovery)" \
+  expect_eq policy/v1beta1 "$("$helm" get manifest "$release" -n "$ns" 2>/dev/null | docs PodDisruptionBudget | api_version)"
 first_cert=$(live_secret)
 first_bundle=$(live_bundles)
 check "helm upgrade" install upgrade
