@@ -1,6 +1,7 @@
-//! The operator's plain-HTTP endpoints: `/healthz` (the process serves),
-//! `/readyz` (its caches are listed, or it stands by for the leader lease,
-//! ready to take over) and `/metrics` (Prometheus text format).
+//! The operator's plain-HTTP endpoints: `/healthz` (no controller is
+//! wedged: see `cnpool_controllers::health`), `/readyz` (its caches are
+//! listed, or it stands by for the leader lease, ready to take over) and
+//! `/metrics` (Prometheus text format).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -19,11 +20,15 @@ pub struct State {
     telemetry: Telemetry,
     /// True while this replica waits for the leader lease.
     standing_by: Arc<AtomicBool>,
+    /// Whether `/healthz` last failed, to log its changes only.
+    wedged: Arc<AtomicBool>,
 }
 
 impl State {
     pub fn new(registry: Registry, telemetry: Telemetry, standing_by: bool) -> Self {
-        Self { registry: Arc::new(registry), telemetry, standing_by: Arc::new(AtomicBool::new(standing_by)) }
+        Self { registry: Arc::new(registry), telemetry, standing_by: Arc::new(AtomicBool::new(standing_by)),
+            wedged: Arc::default(),
+        }
     }
 
     pub fn set_standing_by(&self, standing_by: bool) {
@@ -33,10 +38,29 @@ impl State {
 
 pub fn router(state: State) -> Router {
     Router::new()
-        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .with_state(state)
+}
+
+/// 503 while a controller is wedged, naming it and why; a replica standing
+/// by runs no controllers, and its webhook and lease keep it alive.
+async fn healthz(Shared(state): Shared<State>) -> (StatusCode, String) {
+    match state.telemetry.health.check() {
+        Ok(()) => {
+            if state.wedged.swap(false, Ordering::Relaxed) {
+                tracing::info!("health check passes again");
+            }
+            (StatusCode::OK, "ok\n".to_owned())
+        }
+        Err(wedged) => {
+            if !state.wedged.swap(true, Ordering::Relaxed) {
+                tracing::warn!(%wedged, "health check fails: a controller is wedged");
+            }
+            (StatusCode::SERVICE_UNAVAILABLE, format!("{wedged}\n"))
+        }
+    }
 }
 
 async fn readyz(Shared(state): Shared<State>) -> (StatusCode, &'static str) {

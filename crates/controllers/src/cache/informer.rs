@@ -118,7 +118,7 @@ pub type Change<'a, K> = (Option<&'a Arc<K>>, Option<&'a Arc<K>>);
 
 /// Runs one kind's watch until `shutdown`: applies every event to the
 /// controller runtime's store `writer` and to `cache`, then tells
-/// `on_change`. Events of a relist are reported once the relist is complete,
+/// `on_change`; `on_delivery` hears of every event, a relist's included. Events of a relist are reported once the relist is complete,
 /// when the runtime's store has them too; `on_first_list` is told once, when
 /// the first list is.
 pub async fn inform<K, I>(
@@ -127,6 +127,7 @@ pub async fn inform<K, I>(
     mut writer: Writer<K>,
     cache: Arc<Cache<K, I>>,
     on_change: impl Fn(Change<'_, K>) + Send,
+    on_delivery: impl Fn() + Send,
     on_first_list: impl FnOnce() + Send,
     shutdown: Shared<futures::future::BoxFuture<'static, ()>>,
 ) where
@@ -154,6 +155,7 @@ pub async fn inform<K, I>(
             }
             None => return,
         };
+        on_delivery();
         writer.apply_watcher_event(&event);
         match event {
             watcher::Event::Init => relisted = Some((BTreeSet::new(), Vec::new())),
