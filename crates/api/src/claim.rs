@@ -85,6 +85,7 @@ impl ClaimPhase {
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+/// Where the claim stands and what it holds, as the operator last saw it.
 #[serde(rename_all = "camelCase")]
 pub struct CNClaimStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -107,12 +108,12 @@ pub struct CNClaimStatus {
 }
 
 /// The bound pod's CN store, as HAKeeper last showed it.
-///
-/// `workState` stays the number the Go operator writes, so that objects of
-/// either operator read the same; cnpool writes its name beside it as
-/// `workStateName`, derived from the number whenever the status is written
-/// (never read back: the number is the truth). Hence the hand-written
-/// `Serialize` below, around the derived one.
+//
+// `workState` stays the number the Go operator writes, so that objects of
+// either operator read the same; cnpool writes its name beside it as
+// `workStateName`, derived from the number whenever the status is written
+// (never read back: the number is the truth). Hence the hand-written
+// `Serialize` below, around the derived one (`remote = "Self"`).
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(remote = "Self", rename_all = "camelCase")]
 #[schemars(rename = "CNStoreStatus", transform = describe_work_state_name)]
@@ -147,6 +148,7 @@ pub struct CNStoreStatus {
     /// name field the JSON key `string`; read it, write `podName` beside it.
     #[serde(rename = "string", default, skip_serializing_if = "Option::is_none")]
     pub legacy_pod_name: Option<String>,
+    /// The bound pod's name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod_name: Option<String>,
     /// UID of the bound pod: a pod recreated under the same name is another
@@ -227,10 +229,13 @@ pub struct MigrateStatus {
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Workload {
+    /// Client sessions still open on the CN.
     #[serde(default)]
     pub connections: i64,
+    /// Query pipelines still running on it.
     #[serde(default)]
     pub pipelines: i64,
+    /// Shard replicas it still hosts.
     #[serde(default)]
     pub replicas: i64,
 }

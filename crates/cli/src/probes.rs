@@ -95,3 +95,38 @@ pub async fn serve(
     axum::serve(listener, router(state)).with_graceful_shutdown(shutdown).await?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use axum::body::Body;
+    use tower::ServiceExt;
+
+    use super::*;
+
+    async fn get(state: &State, path: &str) -> (StatusCode, String) {
+        let request = axum::http::Request::get(path).body(Body::empty()).unwrap_or_default();
+        let Ok(response) = router(state.clone()).oneshot(request).await;
+        let status = response.status();
+        let body = axum::body::to_bytes(response.into_body(), 1 << 16).await.unwrap_or_default();
+        (status, String::from_utf8_lossy(&body).into_owned())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn healthz_fails_while_a_controller_is_wedged_and_passes_once_it_is_gone() {
+        let telemetry = Telemetry::default();
+        let state = State::new(Registry::default(), telemetry.clone(), false);
+        let pools = telemetry.health.register("CNPool", None, "cnpools".into(), Arc::clone(&telemetry.metrics));
+        assert_eq!(get(&state, "/healthz").await, (StatusCode::OK, "ok\n".to_owned()));
+
+        tokio::time::advance(telemetry.health.stall_timeout() + Duration::from_secs(1)).await;
+        let (status, body) = get(&state, "/healthz").await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        assert!(body.contains("the CNPool controller: its watch of cnpools has delivered nothing"), "{body}");
+
+        // Controllers that stopped (a lost lease) are no longer judged.
+        drop(pools);
+        assert_eq!(get(&state, "/healthz").await.0, StatusCode::OK);
+    }
+}

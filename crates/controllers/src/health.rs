@@ -71,8 +71,8 @@ impl Health {
 
     /// Registers `controller`, which watches `resource` (a plural, as in an
     /// API path) in `namespace` (none: the whole cluster). It counts as long
-    /// as the returned handle lives.
-    pub(crate) fn register(
+    /// as the returned handle lives; the controllers register themselves.
+    pub fn register(
         &self,
         controller: &'static str,
         namespace: Option<&str>,
