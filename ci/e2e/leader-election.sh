@@ -38,7 +38,8 @@ wait_for 30 sh -c "kubectl -n $ns get serviceaccount default -o jsonpath='{.secr
 cnpool crd | kubectl apply -f - >/dev/null 2>&1
 
 cnpool dev --no-operator --cluster "$KUBECONFIG" --hakeeper-listen 127.0.0.1:0 >"$work/dev.log" 2>&1 &
-pids+=($!)
+dev_pid=$!
+pids+=($dev_pid)
 wait_for 30 grep -q 'HAKeeper (morpc) on' "$work/dev.log"
 discovery=$(sed -n 's/^cnpool dev: HAKeeper (morpc) on \([^;]*\);.*/\1/p' "$work/dev.log")
 
@@ -131,12 +132,21 @@ check "metrics: build info" grep -Eq '^cnpool_build_info\{version="[0-9][^"]*"\}
 check "metrics: morpc calls to HAKeeper by method" nonzero '^cnpool_morpc_requests_total\{method="GetClusterDetails"\}'
 check "metrics: every API request names its resource" expect_eq "" \
   "$(grep '^cnpool_api_requests_total{' "$work/metrics.txt" | grep -E 'resource="(other)?"')"
-# Each family docs/operator.md lists, by its OpenMetrics TYPE line (a family
-# with no sample yet, such as errors that did not happen, still has one).
-for family in cnpool_reconciles cnpool_reconcile_errors cnpool_reconcile_duration_seconds cnpool_queue_depth \
-  cnpool_api_requests cnpool_api_conflicts cnpool_claim_bind_seconds cnpool_claims_lost cnpool_pool_pods \
+# HAKeeper stops for a while (SIGUSR1 to the dev side), so that failed
+# HAKeeper calls are counted, then starts again.
+kill -USR1 "$dev_pid"
+morpc_errors() { metrics "$standby_port" | grep -q '^cnpool_morpc_request_errors_total{method="GetClusterDetails"'; }
+check "metrics: failed HAKeeper calls by method and error while it is down" wait_for 40 morpc_errors
+kill -USR1 "$dev_pid"
+scrape=$(metrics "$standby_port")
+# Each family docs/operator.md lists, by its OpenMetrics TYPE line. A family
+# appears with its first sample: `cnpool_reconcile_errors`,
+# `cnpool_api_conflicts` and `cnpool_migrations` (counts of events this run
+# may not have) are left out.
+for family in cnpool_reconciles cnpool_reconcile_duration_seconds cnpool_queue_depth \
+  cnpool_api_requests cnpool_claim_bind_seconds cnpool_claims_lost cnpool_pool_pods \
   cnpool_pool_pending_claims cnpool_morpc_requests cnpool_morpc_request_errors cnpool_leader cnpool_build_info \
-  cnpool_migrations_in_flight cnpool_migrations cnpool_migration_seconds \
+  cnpool_migrations_in_flight cnpool_migration_seconds \
   process_cpu_seconds process_resident_memory_bytes process_virtual_memory_bytes process_open_fds \
   process_max_fds process_start_time_seconds; do
   check "metrics: family $family" expect_match "# TYPE $family " "$scrape"
@@ -144,7 +154,8 @@ done
 check "metrics: the process's memory and start time are real" \
   awk '/^process_resident_memory_bytes / && $2 > 1e6 { r = 1 } /^process_start_time_seconds / && $2 > 1.7e9 { s = 1 }
        END { exit !(r && s) }' <<<"$scrape"
-check "the new leader is healthy (a quiet operator stays so)" curl -sf "http://127.0.0.1:$standby_port/healthz"
+check "the new leader is healthy (a HAKeeper outage wedges no controller)" \
+  curl -sf "http://127.0.0.1:$standby_port/healthz"
 flat_json() {  # every line of beta's log is one flat JSON object with ts, level and msg
   python3 -c '
 import json, sys

@@ -11,7 +11,8 @@ fn undescribed(path: &str, schema: &Value, missing: &mut Vec<String>) {
     if let Some(properties) = schema.get("properties").and_then(Value::as_object) {
         for (name, property) in properties {
             let at = format!("{path}.{name}");
-            let described = property.get("description").and_then(Value::as_str).is_some_and(|text| !text.trim().is_empty());
+            let described =
+                property.get("description").and_then(Value::as_str).is_some_and(|text| !text.trim().is_empty());
             if !described {
                 missing.push(at.clone());
             }
@@ -37,7 +38,8 @@ fn every_spec_and_status_field_is_described_for_kubectl_explain() {
     for crd in cnpool_api::crd::crds() {
         let kind = crd.spec.names.kind.clone();
         for version in &crd.spec.versions {
-            let schema = version.schema.as_ref().and_then(|schema| schema.open_api_v3_schema.as_ref()).expect("a schema");
+            let schema =
+                version.schema.as_ref().and_then(|schema| schema.open_api_v3_schema.as_ref()).expect("a schema");
             let schema = serde_json::to_value(schema).unwrap();
             for part in ["spec", "status"] {
                 let Some(part_schema) = schema.pointer(&format!("/properties/{part}")) else { continue };

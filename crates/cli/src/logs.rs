@@ -101,8 +101,7 @@ mod tests {
     fn logged(emit: impl FnOnce()) -> Value {
         let captured = Captured::default();
         let writer = captured.clone();
-        let subscriber =
-            tracing_subscriber::fmt().event_format(FlatJson).with_writer(move || writer.clone()).finish();
+        let subscriber = tracing_subscriber::fmt().event_format(FlatJson).with_writer(move || writer.clone()).finish();
         tracing::subscriber::with_default(subscriber, emit);
         let bytes = captured.0.lock().unwrap_or_else(PoisonError::into_inner).clone();
         let text = String::from_utf8(bytes).unwrap_or_default();

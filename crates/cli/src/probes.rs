@@ -26,7 +26,10 @@ pub struct State {
 
 impl State {
     pub fn new(registry: Registry, telemetry: Telemetry, standing_by: bool) -> Self {
-        Self { registry: Arc::new(registry), telemetry, standing_by: Arc::new(AtomicBool::new(standing_by)),
+        Self {
+            registry: Arc::new(registry),
+            telemetry,
+            standing_by: Arc::new(AtomicBool::new(standing_by)),
             wedged: Arc::default(),
         }
     }

@@ -69,8 +69,8 @@ use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
 use kube::runtime::controller::{self, Action, Controller};
-use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::reflector::store::Writer;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 
 pub use clock::Clock;
@@ -366,7 +366,12 @@ impl ControllersHealth {
             controller: &'static str,
             namespace: Option<&str>,
         ) -> Arc<ControllerHealth> {
-            telemetry.health.register(controller, namespace, K::plural(&()).into_owned(), Arc::clone(&telemetry.metrics))
+            telemetry.health.register(
+                controller,
+                namespace,
+                K::plural(&()).into_owned(),
+                Arc::clone(&telemetry.metrics),
+            )
         }
         Self {
             claims: one::<CNClaim>(telemetry, "CNClaim", namespace),

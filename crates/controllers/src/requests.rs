@@ -145,7 +145,10 @@ mod tests {
             kind(Method::PUT, "/apis/core.matrixorigin.io/v1alpha1/namespaces/ns/cnclaims/c/status"),
             ("update", "cnclaims/status".into(), ns())
         );
-        assert_eq!(kind(Method::POST, "/apis/events.k8s.io/v1/namespaces/ns/events"), ("create", "events".into(), ns()));
+        assert_eq!(
+            kind(Method::POST, "/apis/events.k8s.io/v1/namespaces/ns/events"),
+            ("create", "events".into(), ns())
+        );
         assert_eq!(kind(Method::DELETE, "/api/v1/namespaces/ns/pods/p"), ("delete", "pods".into(), ns()));
         assert_eq!(kind(Method::GET, "/apis/core.matrixorigin.io/v1alpha1/cnpools"), ("list", "cnpools".into(), None));
         assert_eq!(kind(Method::GET, "/api/v1/namespaces/ns"), ("get", "namespaces".into(), None));

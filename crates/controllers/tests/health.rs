@@ -57,7 +57,8 @@ where
 
     fn call(&mut self, request: http::Request<B>) -> Self::Future {
         let uri = request.uri();
-        let pool_watch = uri.path().ends_with("/cnpools") && uri.query().is_some_and(|query| query.contains("watch=true"));
+        let pool_watch =
+            uri.path().ends_with("/cnpools") && uri.query().is_some_and(|query| query.contains("watch=true"));
         if pool_watch && self.hang.load(Ordering::Relaxed) {
             return Box::pin(std::future::pending());
         }

@@ -290,7 +290,8 @@ where
     let writer: Writer<K> = Writer::default();
     let store = writer.as_reader();
     let changes: Arc<Cache<K, NoIndex>> = Arc::default();
-    let informer = cnpool_controllers::cache::inform(api, config, writer, changes, on_change, || {}, || {}, shutdown).boxed();
+    let informer =
+        cnpool_controllers::cache::inform(api, config, writer, changes, on_change, || {}, || {}, shutdown).boxed();
     (store, informer)
 }
 
