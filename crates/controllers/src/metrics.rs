@@ -7,7 +7,7 @@
 //!   `cnpool_reconcile_duration_seconds{controller}`;
 //! - `cnpool_queue_depth{controller}`: objects a change has woken and handed
 //!   to the controller runtime whose reconcile has not started yet (see
-//!   [`crate::health`]; the runtime's own requeues, which wait for their
+//!   the `health` module; the runtime's own requeues, which wait for their
 //!   time rather than for a worker, are not counted);
 //! - `cnpool_api_requests_total{verb,resource,code}` and
 //!   `cnpool_api_conflicts_total{resource}` — a failed guard (409, or 422 for
