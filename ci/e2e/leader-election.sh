@@ -4,7 +4,9 @@
 # `cnpool dev --no-operator --cluster` as the node side:
 # - one leads, and only the leader writes anything but the Lease;
 # - SIGKILL of the leader: the other takes over within the lease duration
-#   plus 10 s, and claims created after that are bound.
+#   plus 10 s, and claims created after that are bound;
+# - the new leader's /metrics has every metric family docs/operator.md
+#   lists, its /healthz passes, and beta's JSON log lines are flat.
 # Needs `cnpool`, kubectl, curl on PATH and KUBECONFIG naming the server.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -36,19 +38,21 @@ wait_for 30 sh -c "kubectl -n $ns get serviceaccount default -o jsonpath='{.secr
 cnpool crd | kubectl apply -f - >/dev/null 2>&1
 
 cnpool dev --no-operator --cluster "$KUBECONFIG" --hakeeper-listen 127.0.0.1:0 >"$work/dev.log" 2>&1 &
-pids+=($!)
+dev_pid=$!
+pids+=($dev_pid)
 wait_for 30 grep -q 'HAKeeper (morpc) on' "$work/dev.log"
 discovery=$(sed -n 's/^cnpool dev: HAKeeper (morpc) on \([^;]*\);.*/\1/p' "$work/dev.log")
 
-start_operator() {  # NAME PROBE_PORT
-  cnpool operator --namespace "$ns" --hakeeper-discovery "$discovery" --identity "$1" \
-    --lease-namespace "$ns" --lease-duration "${lease_seconds}s" --probe-listen "127.0.0.1:$2" \
-    >"$work/$1.log" 2>&1 &
+start_operator() {  # NAME PROBE_PORT [FLAG...]
+  local name=$1 port=$2; shift 2
+  cnpool operator --namespace "$ns" --hakeeper-discovery "$discovery" --identity "$name" \
+    --lease-namespace "$ns" --lease-duration "${lease_seconds}s" --probe-listen "127.0.0.1:$port" "$@" \
+    >"$work/$name.log" 2>&1 &
   pids+=($!)
-  eval "pid_$1=$!"
+  eval "pid_$name=$!"
 }
 start_operator alpha 18081
-start_operator beta 18082
+start_operator beta 18082 --log-format json
 port_alpha=18081
 port_beta=18082
 
@@ -123,6 +127,46 @@ check "metrics: claim bind latency" nonzero '^cnpool_claim_bind_seconds_count'
 check "metrics: lost claims by reason" nonzero '^cnpool_claims_lost_total\{reason="PodDelet(ed|ing)"\}'
 check "metrics: pool pods by phase" nonzero '^cnpool_pool_pods\{namespace="'"$ns"'",pool="mo",phase="Bound"\}'
 check "metrics: the new leader says so" nonzero '^cnpool_leader '
+check "metrics: pending claims per pool" grep -q '^cnpool_pool_pending_claims{namespace="'"$ns"'",pool="mo"} ' "$work/metrics.txt"
+check "metrics: build info" grep -Eq '^cnpool_build_info\{version="[0-9][^"]*"\} 1$' "$work/metrics.txt"
+check "metrics: morpc calls to HAKeeper by method" nonzero '^cnpool_morpc_requests_total\{method="GetClusterDetails"\}'
+check "metrics: every API request names its resource" expect_eq "" \
+  "$(grep '^cnpool_api_requests_total{' "$work/metrics.txt" | grep -E 'resource="(other)?"')"
+# HAKeeper stops for a while (SIGUSR1 to the dev side), so that failed
+# HAKeeper calls are counted, then starts again.
+kill -USR1 "$dev_pid"
+morpc_errors() { metrics "$standby_port" | grep -q '^cnpool_morpc_request_errors_total{method="GetClusterDetails"'; }
+check "metrics: failed HAKeeper calls by method and error while it is down" wait_for 40 morpc_errors
+kill -USR1 "$dev_pid"
+scrape=$(metrics "$standby_port")
+# Each family docs/operator.md lists, by its OpenMetrics TYPE line. A family
+# appears with its first sample: `cnpool_reconcile_errors`,
+# `cnpool_api_conflicts` and `cnpool_migrations` (counts of events this run
+# may not have) are left out.
+for family in cnpool_reconciles cnpool_reconcile_duration_seconds cnpool_queue_depth \
+  cnpool_api_requests cnpool_claim_bind_seconds cnpool_claims_lost cnpool_pool_pods \
+  cnpool_pool_pending_claims cnpool_morpc_requests cnpool_morpc_request_errors cnpool_leader cnpool_build_info \
+  cnpool_migrations_in_flight cnpool_migration_seconds \
+  process_cpu_seconds process_resident_memory_bytes process_virtual_memory_bytes process_open_fds \
+  process_max_fds process_start_time_seconds; do
+  check "metrics: family $family" expect_match "# TYPE $family " "$scrape"
+done
+check "metrics: the process's memory and start time are real" \
+  awk '/^process_resident_memory_bytes / && $2 > 1e6 { r = 1 } /^process_start_time_seconds / && $2 > 1.7e9 { s = 1 }
+       END { exit !(r && s) }' <<<"$scrape"
+check "the new leader is healthy (a HAKeeper outage wedges no controller)" \
+  curl -sf "http://127.0.0.1:$standby_port/healthz"
+flat_json() {  # every line of beta's log is one flat JSON object with ts, level and msg
+  python3 -c '
+import json, sys
+lines = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
+assert lines, "no log lines"
+for line in lines:
+    assert {"ts", "level", "msg"} <= line.keys(), line
+    assert not any(isinstance(value, dict) for value in line.values()), line
+' "$work/beta.log"
+}
+check "beta's JSON log lines are flat, with ts, level and msg" flat_json
 echo "--- metrics of the new leader (without histogram buckets)"
 cat "$work/metrics.txt"
 

@@ -85,6 +85,7 @@ impl ClaimPhase {
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+/// Where the claim stands and what it holds, as the operator last saw it.
 #[serde(rename_all = "camelCase")]
 pub struct CNClaimStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -106,31 +107,48 @@ pub struct CNClaimStatus {
     pub observed_generation: Option<i64>,
 }
 
-/// The bound pod's CN store.
+/// The bound pod's CN store, as HAKeeper last showed it.
+//
+// `workState` stays the number the Go operator writes, so that objects of
+// either operator read the same; cnpool writes its name beside it as
+// `workStateName`, derived from the number whenever the status is written
+// (never read back: the number is the truth). Hence the hand-written
+// `Serialize` below, around the derived one (`remote = "Self"`).
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(remote = "Self", rename_all = "camelCase")]
+#[schemars(rename = "CNStoreStatus", transform = describe_work_state_name)]
 pub struct CNStoreStatus {
+    /// The CN store's UUID in HAKeeper (the pod's `matrixorigin.io/cn-uuid`).
     #[serde(rename = "serviceID", default, skip_serializing_if = "Option::is_none")]
     pub service_id: Option<String>,
+    /// The CN's lock service address, as HAKeeper lists it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lock_service_address: Option<String>,
+    /// The CN's pipeline (service) address, as HAKeeper lists it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pipeline_service_address: Option<String>,
+    /// Where the CN serves SQL.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sql_address: Option<String>,
+    /// The CN's query service address (session and pipeline counts).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub query_address: Option<String>,
-    /// HAKeeper work state: 0 Unknown, 1 Working, 2 Draining, 3 Drained.
+    /// HAKeeper work state: 0 Unknown, 1 Working, 2 Draining, 3 Drained
+    /// (its name is in `workStateName`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub work_state: Option<i32>,
+    /// The labels HAKeeper holds for the store (the claim's CN labels once
+    /// it serves the claim).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub labels: Vec<CNLabel>,
+    /// When the store was first seen serving this claim.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bound_time: Option<Time>,
     /// The pod name under the Go operator's key. The Go type gives its pod
     /// name field the JSON key `string`; read it, write `podName` beside it.
     #[serde(rename = "string", default, skip_serializing_if = "Option::is_none")]
     pub legacy_pod_name: Option<String>,
+    /// The bound pod's name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod_name: Option<String>,
     /// UID of the bound pod: a pod recreated under the same name is another
@@ -151,6 +169,53 @@ impl CNStoreStatus {
         self.pod_name = Some(name.to_owned());
         self.legacy_pod_name = Some(name.to_owned());
     }
+
+    /// The name of `work_state` (`Working`, ...); none for a number HAKeeper
+    /// does not define.
+    pub fn work_state_name(&self) -> Option<&'static str> {
+        WORK_STATES.get(usize::try_from(self.work_state?).ok()?).copied()
+    }
+}
+
+/// HAKeeper's work states, by number (reference/hakeeper-protocol.md).
+const WORK_STATES: [&str; 4] = ["Unknown", "Working", "Draining", "Drained"];
+
+impl Serialize for CNStoreStatus {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Named<'a> {
+            #[serde(flatten, serialize_with = "fields")]
+            status: &'a CNStoreStatus,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            work_state_name: Option<&'static str>,
+        }
+        fn fields<S: serde::Serializer>(status: &&CNStoreStatus, serializer: S) -> Result<S::Ok, S::Error> {
+            CNStoreStatus::serialize(status, serializer)
+        }
+        Named { status: self, work_state_name: self.work_state_name() }.serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for CNStoreStatus {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        // The derived reading: `workStateName` is ignored like any unknown key.
+        CNStoreStatus::deserialize(deserializer)
+    }
+}
+
+/// Adds `workStateName`, which only the hand-written `Serialize` writes, to
+/// the schema.
+fn describe_work_state_name(schema: &mut schemars::Schema) {
+    let name = serde_json::json!({
+        "description": "The name of `workState`: Unknown, Working, Draining or Drained. Written by cnpool from \
+                        the number; absent on objects the Go operator wrote.",
+        "type": "string",
+        "enum": WORK_STATES,
+    });
+    if let Some(properties) = schema.get_mut("properties").and_then(serde_json::Value::as_object_mut) {
+        properties.insert("workStateName".to_owned(), name);
+    }
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
@@ -164,10 +229,13 @@ pub struct MigrateStatus {
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Workload {
+    /// Client sessions still open on the CN.
     #[serde(default)]
     pub connections: i64,
+    /// Query pipelines still running on it.
     #[serde(default)]
     pub pipelines: i64,
+    /// Shard replicas it still hosts.
     #[serde(default)]
     pub replicas: i64,
 }

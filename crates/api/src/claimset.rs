@@ -31,6 +31,7 @@ use crate::claim::{CNClaimSpec, CNClaimStatus};
     printcolumn(name = "Ready", type_ = "integer", json_path = ".status.readyReplicas"),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
+/// How many claims the set keeps, and what each looks like.
 #[serde(rename_all = "camelCase")]
 pub struct CNClaimSetSpec {
     /// How many claims the set keeps. The CRD refuses a negative value: the
@@ -53,8 +54,11 @@ pub struct CNClaimSetSpec {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CNClaimTemplate {
+    /// Labels and annotations of each claim (its name is the set's, with a
+    /// suffix).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metadata: Option<EmbeddedMetadata>,
+    /// The spec of each claim.
     pub spec: CNClaimSpec,
 }
 
@@ -62,15 +66,19 @@ pub struct CNClaimTemplate {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct EmbeddedMetadata {
+    /// Ignored: each claim is named after the set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
+    /// Labels put on each claim.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: BTreeMap<String, String>,
+    /// Annotations put on each claim.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub annotations: BTreeMap<String, String>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+/// The set's claims as the operator last saw them.
 #[serde(rename_all = "camelCase")]
 pub struct CNClaimSetStatus {
     /// Claims that exist.
@@ -89,8 +97,10 @@ pub struct CNClaimSetStatus {
     /// Deprecated: kept for clients of the Go operator.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod_selector: Option<String>,
+    /// Standard conditions saying how the set stands.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+    /// The `metadata.generation` this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
 }

@@ -9,7 +9,9 @@ use serde::{Deserialize, Serialize};
 /// A label to publish on a CN store in HAKeeper: one key, several values.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 pub struct CNLabel {
+    /// The label's key.
     pub key: String,
+    /// Its values.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub values: Vec<String>,
 }
@@ -24,8 +26,10 @@ pub fn cn_label_map(labels: &[CNLabel]) -> BTreeMap<String, Vec<String>> {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PodRef {
+    /// The pod's name.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub pod_name: String,
+    /// The node it ran on.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub node_name: String,
 }

@@ -37,6 +37,8 @@ use crate::common::GoDuration;
     printcolumn(name = "MaxIdle", type_ = "integer", json_path = ".spec.strategy.scaleStrategy.maxIdle"),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
+/// The pods a pool keeps: their template and labels, where their CN stores
+/// register, and how many stay warm.
 #[serde(rename_all = "camelCase")]
 pub struct CNPoolSpec {
     /// The pod template of the pool's CN pods. The operator adds its own
@@ -49,6 +51,8 @@ pub struct CNPoolSpec {
     /// Where the pool's CN stores are registered.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deps: Option<PoolDeps>,
+    /// How the pool scales, rolls a new template out and drains released
+    /// CNs.
     #[serde(default)]
     pub strategy: PoolStrategy,
 }
@@ -67,8 +71,10 @@ pub struct PoolDeps {
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+/// A LogSet object of matrixone-operator.
 #[serde(rename_all = "camelCase")]
 pub struct LogSetRef {
+    /// The LogSet's name.
     pub name: String,
     /// Defaults to the pool's namespace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -76,6 +82,7 @@ pub struct LogSetRef {
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+/// A log set outside the cluster's LogSet objects.
 #[serde(rename_all = "camelCase")]
 pub struct ExternalLogSet {
     /// `host:port` of the log set's discovery service.
@@ -84,17 +91,22 @@ pub struct ExternalLogSet {
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+/// How the pool scales, rolls out and drains.
 #[serde(rename_all = "camelCase")]
 pub struct PoolStrategy {
+    /// How many pods the pool keeps.
     #[serde(default)]
     pub scale_strategy: ScaleStrategy,
+    /// How claims on pods of an old template move to current ones.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub update_strategy: Option<UpdateStrategy>,
+    /// How a released CN drains before it is Idle again or terminated.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drain_strategy: Option<DrainStrategy>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+/// How many pods the pool keeps.
 #[serde(rename_all = "camelCase")]
 pub struct ScaleStrategy {
     /// Idle pods kept warm beyond those in use and those pending claims need.
@@ -106,6 +118,7 @@ pub struct ScaleStrategy {
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+/// How claims on pods of an old template move to current ones.
 #[serde(rename_all = "camelCase")]
 pub struct UpdateStrategy {
     /// How long a claim on a pod of an old template may stay before the
@@ -115,6 +128,7 @@ pub struct UpdateStrategy {
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+/// How a released CN drains before it is Idle again or terminated.
 #[serde(rename_all = "camelCase")]
 pub struct DrainStrategy {
     /// A draining CN that still has work after this long is terminated
@@ -128,17 +142,23 @@ pub struct DrainStrategy {
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+/// The pool's pods by phase, as the operator last counted them.
 #[serde(rename_all = "camelCase")]
 pub struct CNPoolStatus {
     /// All pods of the pool.
     #[serde(default)]
     pub replicas: i32,
+    /// Pods warm and free, ready to be claimed.
     #[serde(default)]
     pub idle: i32,
+    /// Pods held by a claim.
     #[serde(default)]
     pub bound: i32,
+    /// Pods released by their claim, draining their sessions before they
+    /// are Idle again or terminated.
     #[serde(default)]
     pub draining: i32,
+    /// Pods being deleted (their CN store removed from HAKeeper first).
     #[serde(default)]
     pub terminating: i32,
     /// Claims nominated to the pool and waiting for a pod.
@@ -147,8 +167,10 @@ pub struct CNPoolStatus {
     /// Revision hash of the current template.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub current_revision: Option<String>,
+    /// Standard conditions saying how the pool stands.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+    /// The `metadata.generation` this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
 }

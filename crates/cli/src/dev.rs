@@ -76,7 +76,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     ];
     if !args.no_operator {
         let config = cnpool_controllers::Config { namespace: args.namespace.clone(), ..Default::default() };
-        let registry = crate::operator::morpc_registry(&discovery)?;
+        let registry = crate::operator::morpc_registry(&discovery, cnpool_morpc::MorpcMetrics::default())?;
         tasks.push(tokio::spawn(cnpool_controllers::run(client, registry, config, stopped())).boxed());
         println!("cnpool dev: operator and simulated node side running");
     } else {

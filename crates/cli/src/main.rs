@@ -13,8 +13,10 @@ mod bench;
 mod check;
 #[cfg(feature = "lab")]
 mod dev;
+mod logs;
 mod operator;
 mod probes;
+mod process;
 mod shadow;
 #[cfg(feature = "lab")]
 mod sim;
@@ -23,7 +25,9 @@ mod sim;
 #[command(name = "cnpool", version, about = "Warm MatrixOne CN pods, handed out exclusively to claims")]
 struct Cli {
     /// How log lines are written (to stderr): `text` for people, `json` for
-    /// a log pipeline. `RUST_LOG` sets the level (default `info`).
+    /// a log pipeline (one flat object per line: `ts`, `level`, `msg`,
+    /// `target` and the event's fields). `RUST_LOG` sets the level (default
+    /// `info`).
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
     #[command(subcommand)]
@@ -75,10 +79,10 @@ async fn main() -> anyhow::Result<()> {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
     // Colours only for a person at a terminal, never into a log file.
     let colours = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let logs = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(colours);
+    let subscriber = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(colours);
     match cli.log_format {
-        LogFormat::Text => logs.init(),
-        LogFormat::Json => logs.json().init(),
+        LogFormat::Text => subscriber.init(),
+        LogFormat::Json => subscriber.event_format(logs::FlatJson).init(),
     }
     match cli.command {
         Command::Crd => {

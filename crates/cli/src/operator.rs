@@ -15,9 +15,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use cnpool_controllers::metrics::CountRequestsLayer;
-use cnpool_controllers::{Metrics, Telemetry};
-use cnpool_morpc::{MorpcOptions, MorpcRegistry};
+use cnpool_controllers::{CountRequestsLayer, Metrics, Telemetry};
+use cnpool_morpc::{MorpcMetrics, MorpcOptions, MorpcRegistry};
 use cnpool_registry::StoreRegistry;
 use futures::FutureExt;
 use futures::future::{BoxFuture, Shared};
@@ -67,6 +66,12 @@ pub struct OperatorArgs {
     /// How often a settled object is looked at again regardless of events.
     #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = go_duration)]
     resync: Duration,
+    /// `/healthz` fails once a controller's watch has delivered nothing (no
+    /// event, no relist, no renewed watch) for this long, or an object has
+    /// waited this long for its reconcile while none finished. Each watch is
+    /// renewed every third of it, so a quiet cluster stays healthy.
+    #[arg(long, value_name = "DURATION", default_value = "3m", value_parser = stall_timeout)]
+    stall_timeout: Duration,
     /// This instance's name, in Events and in the leader lease (default:
     /// `$POD_NAME`, else the host name).
     #[arg(long, env = "POD_NAME")]
@@ -113,6 +118,16 @@ fn go_duration(text: &str) -> Result<Duration, cnpool_api::DurationError> {
     cnpool_api::GoDuration::new(text).parse()
 }
 
+/// A stall timeout: a duration of at least `MIN_STALL_TIMEOUT`.
+fn stall_timeout(text: &str) -> Result<Duration, String> {
+    let timeout = go_duration(text).map_err(|error| error.to_string())?;
+    let least = cnpool_controllers::health::MIN_STALL_TIMEOUT;
+    if timeout < least {
+        return Err(format!("{text} is shorter than {}s: watches are renewed every third of it", least.as_secs()));
+    }
+    Ok(timeout)
+}
+
 pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
     let identity = match args.identity.clone() {
         Some(identity) => identity,
@@ -121,12 +136,15 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
     let mut metrics_registry = prometheus_client::registry::Registry::default();
     let metrics = Arc::new(Metrics::register(&mut metrics_registry));
     let namespaces = scopes(&args.namespace)?;
-    let telemetry = Telemetry::for_scopes(Arc::clone(&metrics), namespaces.len());
+    let morpc_metrics = MorpcMetrics::register(&mut metrics_registry);
+    crate::process::register(&mut metrics_registry);
+    let telemetry =
+        Telemetry::for_scopes(Arc::clone(&metrics), namespaces.len()).with_stall_timeout(args.stall_timeout);
     let shadow = args.dry_run.then(|| Arc::new(shadow::Report::register(&mut metrics_registry)));
     let kube_config = kube_config(args.kubeconfig.as_deref()).await?;
     let default_namespace = kube_config.default_namespace.clone();
-    let client = client(kube_config, &metrics, (args.qps, args.burst), shadow.clone())?;
-    let registry = shadow::Registry::new(morpc_registry(&args.hakeeper_discovery)?, shadow.clone());
+    let client = client(kube_config, &telemetry, (args.qps, args.burst), shadow.clone())?;
+    let registry = shadow::Registry::new(morpc_registry(&args.hakeeper_discovery, morpc_metrics)?, shadow.clone());
     let config = cnpool_controllers::Config {
         workers: args.workers,
         store_missing_bound: args.store_missing_bound,
@@ -365,8 +383,8 @@ async fn lead_then_run<R: StoreRegistry + Clone + 'static>(
 }
 
 /// The registry of the MatrixOne cluster whose log set's discovery service
-/// is at `discovery`.
-pub fn morpc_registry(discovery: &str) -> anyhow::Result<MorpcRegistry> {
+/// is at `discovery`, counting its calls in `calls`.
+pub fn morpc_registry(discovery: &str, calls: MorpcMetrics) -> anyhow::Result<MorpcRegistry> {
     let valid = discovery.rsplit_once(':').is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
     if !valid {
         anyhow::bail!(
@@ -374,7 +392,7 @@ pub fn morpc_registry(discovery: &str) -> anyhow::Result<MorpcRegistry> {
              e.g. mo-log-discovery.mo.svc:32001"
         );
     }
-    Ok(MorpcRegistry::new(MorpcOptions::new(discovery)))
+    Ok(MorpcRegistry::observed(MorpcOptions::new(discovery), calls))
 }
 
 /// The client configuration of `kubeconfig`, else of `$KUBECONFIG`, else
@@ -394,12 +412,13 @@ pub async fn kube_config(kubeconfig: Option<&std::path::Path>) -> anyhow::Result
     }
 }
 
-/// A client that counts its requests in `metrics`, keeps to `qps` on
+/// A client that counts its requests in `telemetry` (and tells its health of
+/// each renewed watch), keeps to `qps` on
 /// average with bursts of `burst` (qps 0: no limit), and in shadow mode
 /// sends every write as a dry run.
 fn client(
     config: kube::Config,
-    metrics: &Arc<Metrics>,
+    telemetry: &Telemetry,
     (qps, burst): (u32, u32),
     shadow: Option<Arc<shadow::Report>>,
 ) -> anyhow::Result<kube::Client> {
@@ -409,7 +428,7 @@ fn client(
         tower::limit::RateLimitLayer::new(u64::from(burst), window)
     });
     let builder = kube::client::ClientBuilder::try_from(config).context("building the Kubernetes client")?;
-    let builder = builder.with_layer(&CountRequestsLayer::new(Arc::clone(metrics)));
+    let builder = builder.with_layer(&CountRequestsLayer::new(telemetry));
     let builder = builder.with_layer(&shadow::DryRunLayer::new(shadow));
     let builder = builder.with_layer(&tower::util::option_layer(limit));
     Ok(builder.build())

@@ -1,6 +1,7 @@
-//! The operator's plain-HTTP endpoints: `/healthz` (the process serves),
-//! `/readyz` (its caches are listed, or it stands by for the leader lease,
-//! ready to take over) and `/metrics` (Prometheus text format).
+//! The operator's plain-HTTP endpoints: `/healthz` (no controller is
+//! wedged: see `cnpool_controllers::health`), `/readyz` (its caches are
+//! listed, or it stands by for the leader lease, ready to take over) and
+//! `/metrics` (Prometheus text format).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -19,11 +20,18 @@ pub struct State {
     telemetry: Telemetry,
     /// True while this replica waits for the leader lease.
     standing_by: Arc<AtomicBool>,
+    /// Whether `/healthz` last failed, to log its changes only.
+    wedged: Arc<AtomicBool>,
 }
 
 impl State {
     pub fn new(registry: Registry, telemetry: Telemetry, standing_by: bool) -> Self {
-        Self { registry: Arc::new(registry), telemetry, standing_by: Arc::new(AtomicBool::new(standing_by)) }
+        Self {
+            registry: Arc::new(registry),
+            telemetry,
+            standing_by: Arc::new(AtomicBool::new(standing_by)),
+            wedged: Arc::default(),
+        }
     }
 
     pub fn set_standing_by(&self, standing_by: bool) {
@@ -33,10 +41,29 @@ impl State {
 
 pub fn router(state: State) -> Router {
     Router::new()
-        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .with_state(state)
+}
+
+/// 503 while a controller is wedged, naming it and why; a replica standing
+/// by runs no controllers, and its webhook and lease keep it alive.
+async fn healthz(Shared(state): Shared<State>) -> (StatusCode, String) {
+    match state.telemetry.health.check() {
+        Ok(()) => {
+            if state.wedged.swap(false, Ordering::Relaxed) {
+                tracing::info!("health check passes again");
+            }
+            (StatusCode::OK, "ok\n".to_owned())
+        }
+        Err(wedged) => {
+            if !state.wedged.swap(true, Ordering::Relaxed) {
+                tracing::warn!(%wedged, "health check fails: a controller is wedged");
+            }
+            (StatusCode::SERVICE_UNAVAILABLE, format!("{wedged}\n"))
+        }
+    }
 }
 
 async fn readyz(Shared(state): Shared<State>) -> (StatusCode, &'static str) {
@@ -70,4 +97,39 @@ pub async fn serve(
     tracing::info!(%address, "health and metrics endpoints serving");
     axum::serve(listener, router(state)).with_graceful_shutdown(shutdown).await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use axum::body::Body;
+    use tower::ServiceExt;
+
+    use super::*;
+
+    async fn get(state: &State, path: &str) -> (StatusCode, String) {
+        let request = axum::http::Request::get(path).body(Body::empty()).unwrap_or_default();
+        let Ok(response) = router(state.clone()).oneshot(request).await;
+        let status = response.status();
+        let body = axum::body::to_bytes(response.into_body(), 1 << 16).await.unwrap_or_default();
+        (status, String::from_utf8_lossy(&body).into_owned())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn healthz_fails_while_a_controller_is_wedged_and_passes_once_it_is_gone() {
+        let telemetry = Telemetry::default();
+        let state = State::new(Registry::default(), telemetry.clone(), false);
+        let pools = telemetry.health.register("CNPool", None, "cnpools".into(), Arc::clone(&telemetry.metrics));
+        assert_eq!(get(&state, "/healthz").await, (StatusCode::OK, "ok\n".to_owned()));
+
+        tokio::time::advance(telemetry.health.stall_timeout() + Duration::from_secs(1)).await;
+        let (status, body) = get(&state, "/healthz").await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        assert!(body.contains("the CNPool controller: its watch of cnpools has delivered nothing"), "{body}");
+
+        // Controllers that stopped (a lost lease) are no longer judged.
+        drop(pools);
+        assert_eq!(get(&state, "/healthz").await.0, StatusCode::OK);
+    }
 }

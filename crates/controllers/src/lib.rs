@@ -37,6 +37,7 @@ mod context;
 pub mod cutover;
 mod error;
 mod expected;
+pub mod health;
 mod key;
 mod lately;
 pub mod metrics;
@@ -47,6 +48,7 @@ mod own_writes;
 pub mod ownership;
 pub mod pool;
 mod registry_poll;
+mod requests;
 #[cfg(feature = "sabotage")]
 pub mod sabotage;
 pub mod store;
@@ -67,23 +69,28 @@ use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
 use kube::runtime::controller::{self, Action, Controller};
-use kube::runtime::reflector::Store;
 use kube::runtime::reflector::store::Writer;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 
 pub use clock::Clock;
 pub use context::Context;
 pub use error::Error;
+use health::ControllerHealth;
+pub use health::Health;
 pub use metrics::Metrics;
+pub use requests::CountRequestsLayer;
 pub use wakers::Triggers;
 
 /// What the process running the controllers can observe of them: their
-/// metrics, and whether their caches have been listed once (readiness).
+/// metrics, whether their caches have been listed once (readiness), and
+/// whether they still make progress (liveness, [`health`]).
 /// One `Telemetry` may serve the controllers of several namespaces at once
 /// ([`Telemetry::for_scopes`]).
 #[derive(Clone)]
 pub struct Telemetry {
     pub metrics: Arc<Metrics>,
+    pub health: Arc<Health>,
     /// Caches listed at least once since the last [`Telemetry::restart`].
     listed: Arc<AtomicUsize>,
     /// How many sets of controllers (one per namespace) report here.
@@ -110,7 +117,14 @@ impl Telemetry {
     /// namespace, all reporting to `metrics`: ready once every set's caches
     /// are listed.
     pub fn for_scopes(metrics: Arc<Metrics>, scopes: usize) -> Self {
-        Self { metrics, listed: Arc::default(), scopes: scopes.max(1) }
+        Self { metrics, health: Arc::default(), listed: Arc::default(), scopes: scopes.max(1) }
+    }
+
+    /// The same telemetry, calling a controller wedged after
+    /// `stall_timeout` ([`Health::new`]).
+    #[must_use]
+    pub fn with_stall_timeout(self, stall_timeout: Duration) -> Self {
+        Self { health: Arc::new(Health::new(stall_timeout)), ..self }
     }
 
     /// Whether every cache has been listed since the controllers started.
@@ -229,46 +243,92 @@ pub async fn run_observed<R>(
     R: StoreRegistry + 'static,
 {
     let shutdown = shutdown.boxed().shared();
-    let Wiring { ctx, informers, pods, claims, pools, claim_sets, triggers } =
+    let Wiring { ctx, informers, pods, claims, pools, claim_sets, triggers, health } =
         wire(client, registry, config, &telemetry, shutdown.clone());
     let controller_config = controller::Config::default().concurrency(ctx.config.workers);
     let claim_controller = Controller::for_stream(futures::stream::pending(), claims)
-        .reconcile_on(triggers.claims)
+        .reconcile_on(queued(&health.claims, triggers.claims))
         .with_config(controller_config.clone())
         .graceful_shutdown_on(shutdown.clone())
-        .run(claim::reconcile, claim::error_policy, ctx.clone())
-        .for_each(|result| {
-            ctx.metrics.reconciled("CNClaim", outcome_error(&result));
-            async move { log_outcome("CNClaim", result) }
-        });
+        .run(timed(&health.claims, claim::reconcile), claim::error_policy, ctx.clone())
+        .for_each(|result| finished(&ctx, &health.claims, result));
     let pool_controller = Controller::for_stream(futures::stream::pending(), pools)
-        .reconcile_on(triggers.pools)
+        .reconcile_on(queued(&health.pools, triggers.pools))
         .with_config(controller_config.clone())
         .graceful_shutdown_on(shutdown.clone())
-        .run(pool::reconcile, pool::error_policy, ctx.clone())
-        .for_each(|result| {
-            ctx.metrics.reconciled("CNPool", outcome_error(&result));
-            async move { log_outcome("CNPool", result) }
-        });
+        .run(timed(&health.pools, pool::reconcile), pool::error_policy, ctx.clone())
+        .for_each(|result| finished(&ctx, &health.pools, result));
     let claim_set_controller = Controller::for_stream(futures::stream::pending(), claim_sets)
-        .reconcile_on(triggers.claim_sets)
+        .reconcile_on(queued(&health.claim_sets, triggers.claim_sets))
         .with_config(controller_config.clone())
         .graceful_shutdown_on(shutdown.clone())
-        .run(claim_set::reconcile, claim_set::error_policy, ctx.clone())
-        .for_each(|result| {
-            ctx.metrics.reconciled("CNClaimSet", outcome_error(&result));
-            async move { log_outcome("CNClaimSet", result) }
-        });
+        .run(timed(&health.claim_sets, claim_set::reconcile), claim_set::error_policy, ctx.clone())
+        .for_each(|result| finished(&ctx, &health.claim_sets, result));
     let store_controller = Controller::for_stream(futures::stream::pending(), pods)
-        .reconcile_on(triggers.pods)
+        .reconcile_on(queued(&health.pods, triggers.pods))
         .with_config(controller_config)
         .graceful_shutdown_on(shutdown.clone())
-        .run(store::reconcile, store::error_policy, ctx.clone())
-        .for_each(|result| {
-            ctx.metrics.reconciled("Pod", outcome_error(&result));
-            async move { log_outcome("Pod", result) }
-        });
+        .run(timed(&health.pods, store::reconcile), store::error_policy, ctx.clone())
+        .for_each(|result| finished(&ctx, &health.pods, result));
     futures::future::join5(informers, claim_controller, pool_controller, claim_set_controller, store_controller).await;
+}
+
+/// The wakes of a controller, each counted as waiting in its queue until
+/// its reconcile starts.
+fn queued<K>(
+    health: &Arc<ControllerHealth>,
+    wakes: impl futures::Stream<Item = ObjectRef<K>> + Send + 'static,
+) -> impl futures::Stream<Item = ObjectRef<K>> + Send + 'static
+where
+    K: kube::Resource,
+{
+    let health = Arc::clone(health);
+    wakes.inspect(move |object| health.queued(object.namespace.as_deref(), &object.name))
+}
+
+/// `reconcile`, taking its object out of the queue as it starts and timing it.
+fn timed<K, R, F, Fut>(
+    health: &Arc<ControllerHealth>,
+    reconcile: F,
+) -> impl FnMut(Arc<K>, Arc<Context<R>>) -> BoxFuture<'static, Result<Action, Error>>
+where
+    K: kube::Resource,
+    F: Fn(Arc<K>, Arc<Context<R>>) -> Fut,
+    Fut: Future<Output = Result<Action, Error>> + Send + 'static,
+{
+    let health = Arc::clone(health);
+    move |object, ctx| {
+        health.dequeued(object.meta().namespace.as_deref(), object.meta().name.as_deref().unwrap_or_default());
+        let (health, metrics) = (Arc::clone(&health), Arc::clone(&ctx.metrics));
+        let started = tokio::time::Instant::now();
+        let reconciling = reconcile(object, ctx);
+        async move {
+            let result = reconciling.await;
+            metrics.reconcile_took(health.controller(), started.elapsed().as_secs_f64());
+            health.finished();
+            result
+        }
+        .boxed()
+    }
+}
+
+/// Counts and logs a reconcile's outcome.
+fn finished<K, R>(
+    ctx: &Context<R>,
+    health: &ControllerHealth,
+    result: Result<(ObjectRef<K>, Action), controller::Error<Error, watcher::Error>>,
+) -> futures::future::Ready<()>
+where
+    K: kube::Resource,
+    K::DynamicType: std::fmt::Debug,
+{
+    // An object gone before its reconcile leaves the queue without one.
+    if let Err(controller::Error::ObjectNotFound(object)) = &result {
+        health.dequeued(object.namespace.as_deref(), &object.name);
+    }
+    ctx.metrics.reconciled(health.controller(), outcome_error(&result));
+    log_outcome(health.controller(), result);
+    futures::future::ready(())
 }
 
 /// The operator's parts before a runtime drives them: [`run`] hands them to
@@ -287,6 +347,39 @@ pub struct Wiring<R> {
     pub claim_sets: Store<CNClaimSet>,
     /// The objects to reconcile, as the watches' changes wake them.
     pub triggers: Triggers,
+    /// Each controller's progress, as `/healthz` reads it.
+    pub health: ControllersHealth,
+}
+
+/// The progress of each controller of one [`Wiring`].
+pub struct ControllersHealth {
+    pub claims: Arc<ControllerHealth>,
+    pub pools: Arc<ControllerHealth>,
+    pub claim_sets: Arc<ControllerHealth>,
+    pub pods: Arc<ControllerHealth>,
+}
+
+impl ControllersHealth {
+    fn register(telemetry: &Telemetry, namespace: Option<&str>) -> Self {
+        fn one<K: kube::Resource<DynamicType = ()>>(
+            telemetry: &Telemetry,
+            controller: &'static str,
+            namespace: Option<&str>,
+        ) -> Arc<ControllerHealth> {
+            telemetry.health.register(
+                controller,
+                namespace,
+                K::plural(&()).into_owned(),
+                Arc::clone(&telemetry.metrics),
+            )
+        }
+        Self {
+            claims: one::<CNClaim>(telemetry, "CNClaim", namespace),
+            pools: one::<CNPool>(telemetry, "CNPool", namespace),
+            claim_sets: one::<CNClaimSet>(telemetry, "CNClaimSet", namespace),
+            pods: one::<Pod>(telemetry, "Pod", namespace),
+        }
+    }
 }
 
 /// Builds the operator's context and watches, reporting to `telemetry`;
@@ -316,6 +409,14 @@ where
         (pod_writer.as_reader(), claim_writer.as_reader(), pool_writer.as_reader(), claim_set_writer.as_reader());
 
     let namespace = ctx.config.namespace.as_deref();
+    let health = ControllersHealth::register(telemetry, namespace);
+    let delivered = |controller: &Arc<ControllerHealth>| {
+        let controller = Arc::clone(controller);
+        move || controller.delivered()
+    };
+    // Renewed well within the stall timeout, so that a quiet watch shows
+    // itself alive ([`health`]).
+    let watch = watcher::Config::default().timeout(telemetry.health.watch_timeout());
     let (pod_api, claim_api, pool_api, claim_set_api) = (
         scoped(&client, namespace),
         scoped(&client, namespace),
@@ -327,38 +428,38 @@ where
     let informers = futures::future::join5(
         cache::inform(
             pod_api,
-            watcher::Config::default().labels(labels::POOL_NAME),
+            watch.clone().labels(labels::POOL_NAME),
             pod_writer,
             ctx.pods.clone(),
             move |change| wake::pod_changed(&pod_ctx, change),
-            listed(),
+            cache::Progress { delivered: delivered(&health.pods), first_list: listed() },
             shutdown.clone(),
         ),
         cache::inform(
             claim_api,
-            watcher::Config::default(),
+            watch.clone(),
             claim_writer,
             ctx.claims.clone(),
             move |change| wake::claim_changed(&claim_ctx, change),
-            listed(),
+            cache::Progress { delivered: delivered(&health.claims), first_list: listed() },
             shutdown.clone(),
         ),
         cache::inform(
             pool_api,
-            watcher::Config::default(),
+            watch.clone(),
             pool_writer,
             ctx.pools.clone(),
             move |change| wake::pool_changed(&pool_ctx, change),
-            listed(),
+            cache::Progress { delivered: delivered(&health.pools), first_list: listed() },
             shutdown.clone(),
         ),
         cache::inform(
             claim_set_api,
-            watcher::Config::default(),
+            watch.clone(),
             claim_set_writer,
             ctx.claim_sets.clone(),
             move |change| wake::claim_set_changed(&claim_set_ctx, change),
-            listed(),
+            cache::Progress { delivered: delivered(&health.claim_sets), first_list: listed() },
             shutdown.clone(),
         ),
         registry_poll::poll_registry(ctx.clone(), shutdown.clone()),
@@ -370,7 +471,7 @@ where
         nodes::watch(ctx.client.clone(), ctx.nodes.clone(), move |node| wake::node_changed(&node_ctx, node), shutdown);
     let informers = futures::future::join4(informers, stats, cordons, cutover).map(drop).boxed();
     let triggers = ctx.wake.take_receivers();
-    Wiring { ctx, informers, pods, claims, pools, claim_sets, triggers }
+    Wiring { ctx, informers, pods, claims, pools, claim_sets, triggers, health }
 }
 
 /// An `Api` of the whole cluster, or of `namespace` alone.

@@ -1,23 +1,32 @@
 //! The operator's Prometheus metrics, and a client layer that counts every
 //! Kubernetes API request by verb, resource and answer.
 //!
-//! What an operator team watches:
-//! - `cnpool_reconciles_total{controller}` and
-//!   `cnpool_reconcile_errors_total{controller,error}`;
+//! What an operator team watches (docs/operator.md has the full table):
+//! - `cnpool_reconciles_total{controller}`,
+//!   `cnpool_reconcile_errors_total{controller,error}` and the histogram
+//!   `cnpool_reconcile_duration_seconds{controller}`;
+//! - `cnpool_queue_depth{controller}`: objects a change has woken and handed
+//!   to the controller runtime whose reconcile has not started yet (see
+//!   the `health` module; the runtime's own requeues, which wait for their
+//!   time rather than for a worker, are not counted);
 //! - `cnpool_api_requests_total{verb,resource,code}` and
 //!   `cnpool_api_conflicts_total{resource}` — a failed guard (409, or 422 for
 //!   a JSON patch whose `test` failed) is a normal outcome, counted here and
 //!   never logged as an error;
 //! - `cnpool_claim_bind_seconds`, from a claim's creation to Bound;
 //! - `cnpool_claims_lost_total{reason}`;
-//! - `cnpool_pool_pods{namespace,pool,phase}`;
-//! - `cnpool_leader`, 1 while this instance holds the leader lease.
+//! - `cnpool_pool_pods{namespace,pool,phase}` and
+//!   `cnpool_pool_pending_claims{namespace,pool}`, from each pool's status;
+//! - `cnpool_migrations_in_flight`, `cnpool_migrations_total{outcome}`,
+//!   `cnpool_migration_seconds`;
+//! - `cnpool_leader`, 1 while this instance holds the leader lease;
+//! - `cnpool_build_info{version}`, always 1.
+//!
+//! HAKeeper and the CN/TN services count their own calls
+//! (`cnpool_morpc_requests_total`, `cnpool_morpc_request_errors_total`, in
+//! `cnpool_morpc`), and the binary adds the `process_*` metrics.
 
-use std::future::Future;
-use std::pin::Pin;
-use std::sync::Arc;
 use std::sync::atomic::AtomicI64;
-use std::task::{Context as TaskContext, Poll};
 
 use cnpool_api::CNPoolStatus;
 use prometheus_client::encoding::EncodeLabelSet;
@@ -61,6 +70,17 @@ struct OutcomeLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PoolLabels {
+    namespace: String,
+    pool: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BuildLabels {
+    version: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct PoolPhaseLabels {
     namespace: String,
     pool: String,
@@ -73,11 +93,14 @@ struct PoolPhaseLabels {
 pub struct Metrics {
     reconciles: Family<ControllerLabels, Counter>,
     reconcile_errors: Family<ErrorLabels, Counter>,
+    reconcile_duration: Family<ControllerLabels, Histogram>,
+    queue_depth: Family<ControllerLabels, Gauge<i64, AtomicI64>>,
     api_requests: Family<RequestLabels, Counter>,
     api_conflicts: Family<ResourceLabels, Counter>,
     claim_bind_seconds: Histogram,
     claims_lost: Family<ReasonLabels, Counter>,
     pool_pods: Family<PoolPhaseLabels, Gauge<i64, AtomicI64>>,
+    pool_pending_claims: Family<PoolLabels, Gauge<i64, AtomicI64>>,
     leader: Gauge<i64, AtomicI64>,
     migrations_in_flight: Gauge<i64, AtomicI64>,
     migrations: Family<OutcomeLabels, Counter>,
@@ -92,11 +115,18 @@ impl Default for Metrics {
         Self {
             reconciles: Family::default(),
             reconcile_errors: Family::default(),
+            reconcile_duration: Family::new_with_constructor(|| {
+                // From 1 ms (a settled object) to ~30 s (HAKeeper calls at
+                // their deadline).
+                Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(0.001, 2.0, 16))
+            }),
+            queue_depth: Family::default(),
             api_requests: Family::default(),
             api_conflicts: Family::default(),
             claim_bind_seconds: Histogram::new(bind_buckets),
             claims_lost: Family::default(),
             pool_pods: Family::default(),
+            pool_pending_claims: Family::default(),
             leader: Gauge::default(),
             migrations_in_flight: Gauge::default(),
             migrations: Family::default(),
@@ -118,6 +148,17 @@ impl Metrics {
             metrics.reconcile_errors.clone(),
         );
         registry.register(
+            "reconcile_duration_seconds",
+            "Seconds each reconcile took, per controller",
+            metrics.reconcile_duration.clone(),
+        );
+        registry.register(
+            "queue_depth",
+            "Objects woken by a change and handed to the controller runtime whose reconcile has not started yet, \
+             per controller (the runtime's timed requeues are not counted)",
+            metrics.queue_depth.clone(),
+        );
+        registry.register(
             "api_requests",
             "Kubernetes API requests, per verb, resource and HTTP status",
             metrics.api_requests.clone(),
@@ -134,6 +175,14 @@ impl Metrics {
         );
         registry.register("claims_lost", "Claims that lost their pod, per reason", metrics.claims_lost.clone());
         registry.register("pool_pods", "Pods of each pool, per phase", metrics.pool_pods.clone());
+        registry.register(
+            "pool_pending_claims",
+            "Claims waiting for a pod of each pool, as its status last counted them",
+            metrics.pool_pending_claims.clone(),
+        );
+        let build_info: Family<BuildLabels, Gauge<i64, AtomicI64>> = Family::default();
+        build_info.get_or_create(&BuildLabels { version: env!("CARGO_PKG_VERSION") }).set(1);
+        registry.register("build_info", "Always 1; the labels say which cnpool this is", build_info);
         registry.register("leader", "1 while this instance holds the leader lease", metrics.leader.clone());
         registry.register(
             "migrations_in_flight",
@@ -158,6 +207,17 @@ impl Metrics {
         if let Some(error) = error {
             self.reconcile_errors.get_or_create(&ErrorLabels { controller, error }).inc();
         }
+    }
+
+    /// A reconcile of `controller` took `seconds`.
+    pub(crate) fn reconcile_took(&self, controller: &'static str, seconds: f64) {
+        self.reconcile_duration.get_or_create(&ControllerLabels { controller }).observe(seconds);
+    }
+
+    /// `change` more (or, negative, fewer) objects of `controller` wait for
+    /// their reconcile to start. The sum over every namespace's controllers.
+    pub(crate) fn queue_changed(&self, controller: &'static str, change: i64) {
+        self.queue_depth.get_or_create(&ControllerLabels { controller }).inc_by(change);
     }
 
     pub(crate) fn claim_bound_after(&self, seconds: f64) {
@@ -186,6 +246,15 @@ impl Metrics {
                 }
             }
         }
+        let labels = PoolLabels { namespace: namespace.to_owned(), pool: pool.to_owned() };
+        match status {
+            Some(status) => {
+                self.pool_pending_claims.get_or_create(&labels).set(i64::from(status.pending_claims));
+            }
+            None => {
+                self.pool_pending_claims.remove(&labels);
+            }
+        }
     }
 
     pub(crate) fn migrations_in_flight(&self, count: usize) {
@@ -204,7 +273,7 @@ impl Metrics {
         self.leader.set(i64::from(leading));
     }
 
-    fn api_answered(&self, verb: &'static str, resource: String, status: u16) {
+    pub(crate) fn api_answered(&self, verb: &'static str, resource: String, status: u16) {
         let write = !matches!(verb, "get" | "list" | "watch");
         if write && matches!(status, 409 | 422) {
             self.api_conflicts.get_or_create(&ResourceLabels { resource: resource.clone() }).inc();
@@ -213,120 +282,9 @@ impl Metrics {
     }
 }
 
-/// The verb and resource (`pods`, `cnclaims/status`, ...) of an API request
-/// path, as the API server's own metrics name them.
-fn verb_and_resource(method: &http::Method, path: &str, query: Option<&str>) -> (&'static str, String) {
-    let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
-    // /api/v1/... or /apis/GROUP/VERSION/...
-    let rest = match segments.first() {
-        Some(&"api") => segments.get(2..),
-        Some(&"apis") => segments.get(3..),
-        _ => None,
-    }
-    .unwrap_or_default();
-    let rest = match rest {
-        ["namespaces", _, resource, tail @ ..] => std::iter::once(*resource).chain(tail.iter().copied()).collect(),
-        other => other.to_vec(),
-    };
-    let named = rest.len() >= 2;
-    let resource = match rest.as_slice() {
-        [] => "other".to_owned(),
-        [resource] | [resource, _] => (*resource).to_owned(),
-        [resource, _, subresource, ..] => format!("{resource}/{subresource}"),
-    };
-    let watching = query.is_some_and(|query| query.split('&').any(|pair| pair == "watch=true" || pair == "watch=1"));
-    let verb = match *method {
-        http::Method::GET if watching => "watch",
-        http::Method::GET if named => "get",
-        http::Method::GET => "list",
-        http::Method::POST => "create",
-        http::Method::PUT => "update",
-        http::Method::PATCH => "patch",
-        http::Method::DELETE => "delete",
-        _ => "other",
-    };
-    (verb, resource)
-}
-
-/// A tower layer for kube's client that counts each request in
-/// [`Metrics`]: `ClientBuilder::with_layer(&CountRequests::layer(metrics))`.
-#[derive(Clone, Debug)]
-pub struct CountRequestsLayer {
-    metrics: Arc<Metrics>,
-}
-
-impl CountRequestsLayer {
-    pub fn new(metrics: Arc<Metrics>) -> Self {
-        Self { metrics }
-    }
-}
-
-impl<S> tower::Layer<S> for CountRequestsLayer {
-    type Service = CountRequests<S>;
-
-    fn layer(&self, inner: S) -> Self::Service {
-        CountRequests { inner, metrics: Arc::clone(&self.metrics) }
-    }
-}
-
-/// See [`CountRequestsLayer`].
-#[derive(Clone, Debug)]
-pub struct CountRequests<S> {
-    inner: S,
-    metrics: Arc<Metrics>,
-}
-
-impl<S, B, R> tower::Service<http::Request<B>> for CountRequests<S>
-where
-    S: tower::Service<http::Request<B>, Response = http::Response<R>>,
-    S::Future: Send + 'static,
-{
-    type Response = S::Response;
-    type Error = S::Error;
-    type Future = Pin<Box<dyn Future<Output = Result<S::Response, S::Error>> + Send>>;
-
-    fn poll_ready(&mut self, cx: &mut TaskContext<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, request: http::Request<B>) -> Self::Future {
-        let (verb, resource) = verb_and_resource(request.method(), request.uri().path(), request.uri().query());
-        let metrics = Arc::clone(&self.metrics);
-        let answer = self.inner.call(request);
-        Box::pin(async move {
-            let answer = answer.await;
-            if let Ok(response) = &answer {
-                metrics.api_answered(verb, resource, response.status().as_u16());
-            }
-            answer
-        })
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn classify(method: http::Method, uri: &str) -> (&'static str, String) {
-        let uri: http::Uri = uri.parse().unwrap();
-        verb_and_resource(&method, uri.path(), uri.query())
-    }
-
-    #[test]
-    fn requests_are_named_as_the_api_server_names_them() {
-        use http::Method;
-        assert_eq!(classify(Method::GET, "/api/v1/pods?labelSelector=x"), ("list", "pods".into()));
-        assert_eq!(classify(Method::GET, "/api/v1/pods?watch=true&resourceVersion=5"), ("watch", "pods".into()));
-        assert_eq!(classify(Method::GET, "/api/v1/namespaces/ns/pods/p"), ("get", "pods".into()));
-        assert_eq!(classify(Method::PATCH, "/api/v1/namespaces/ns/pods/p"), ("patch", "pods".into()));
-        assert_eq!(
-            classify(Method::PUT, "/apis/core.matrixorigin.io/v1alpha1/namespaces/ns/cnclaims/c/status"),
-            ("update", "cnclaims/status".into())
-        );
-        assert_eq!(classify(Method::POST, "/apis/events.k8s.io/v1/namespaces/ns/events"), ("create", "events".into()));
-        assert_eq!(classify(Method::DELETE, "/api/v1/namespaces/ns/pods/p"), ("delete", "pods".into()));
-        assert_eq!(classify(Method::GET, "/apis/core.matrixorigin.io/v1alpha1/cnpools"), ("list", "cnpools".into()));
-    }
 
     #[test]
     fn only_refused_writes_count_as_conflicts() {

@@ -19,6 +19,7 @@ use tokio::time::{Instant, sleep, timeout_at};
 
 use crate::conn::{Connection, ConnectionOptions};
 use crate::error::RpcError;
+use crate::metrics::MorpcMetrics;
 use crate::proto::{
     self, CnStateLabel, CnStoreLabel, DeleteCnStore, LabelList, LabelMap, LogMethod, LogRequest, LogServiceRequest,
     LogServiceResponse, error_code,
@@ -73,11 +74,17 @@ pub struct HaKeeperClient {
     leader: tokio::sync::Mutex<Option<Arc<Connection>>>,
     /// Whether "HAKeeper not found" was logged since the last connection.
     unreachable_logged: AtomicBool,
+    calls: MorpcMetrics,
 }
 
 impl HaKeeperClient {
     pub fn new(options: HaKeeperOptions) -> Self {
-        Self { options, leader: tokio::sync::Mutex::new(None), unreachable_logged: AtomicBool::new(false) }
+        Self::observed(options, MorpcMetrics::default())
+    }
+
+    /// A client that counts its calls in `calls`.
+    pub fn observed(options: HaKeeperOptions, calls: MorpcMetrics) -> Self {
+        Self { options, leader: tokio::sync::Mutex::new(None), unreachable_logged: AtomicBool::new(false), calls }
     }
 
     /// The address of the HAKeeper currently connected, if any.
@@ -148,6 +155,17 @@ impl HaKeeperClient {
     }
 
     async fn request(
+        &self,
+        call: &'static str,
+        request: LogServiceRequest,
+        deadline: Instant,
+    ) -> Result<LogServiceResponse, RegistryError> {
+        let result = self.retried(call, request, deadline).await;
+        self.calls.answered(call, &result);
+        result
+    }
+
+    async fn retried(
         &self,
         call: &'static str,
         request: LogServiceRequest,

@@ -11,7 +11,8 @@
 //! Layers, bottom up: [`frame`] (the frame codec), [`proto`] (the protobuf
 //! messages), [`conn`] (a connection multiplexed by request id, and a pool),
 //! then the clients [`hakeeper`], [`cache`], [`query`] and [`lock`], the
-//! [`registry::MorpcRegistry`] on top of them, and [`server`].
+//! [`registry::MorpcRegistry`] on top of them, and [`server`]. Every call
+//! is counted in [`metrics`].
 
 pub mod cache;
 pub mod conn;
@@ -19,6 +20,7 @@ pub mod error;
 pub mod frame;
 pub mod hakeeper;
 pub mod lock;
+pub mod metrics;
 pub mod proto;
 pub mod query;
 pub mod registry;
@@ -26,4 +28,5 @@ pub mod server;
 mod service;
 
 pub use error::RpcError;
+pub use metrics::MorpcMetrics;
 pub use registry::{MorpcOptions, MorpcRegistry};

@@ -5,17 +5,24 @@ use cnpool_registry::RegistryError;
 use tokio::time::Instant;
 
 use crate::conn::{ConnectionOptions, ConnectionPool};
+use crate::metrics::MorpcMetrics;
 use crate::proto::{LockMethod, LockRequest, LockResponse, ServiceRequest};
 
 /// A client of the lock services of a cluster's TNs.
 #[derive(Debug)]
 pub struct LockClient {
     pool: ConnectionPool,
+    calls: MorpcMetrics,
 }
 
 impl LockClient {
     pub fn new(options: ConnectionOptions) -> Self {
-        Self { pool: ConnectionPool::new(options) }
+        Self::observed(options, MorpcMetrics::default())
+    }
+
+    /// A client that counts its calls in `calls`.
+    pub fn observed(options: ConnectionOptions, calls: MorpcMetrics) -> Self {
+        Self { pool: ConnectionPool::new(options), calls }
     }
 
     /// SetRestartService: the lock service at `address` stops binding new
@@ -74,7 +81,7 @@ impl LockClient {
         request: LockRequest,
         deadline: Instant,
     ) -> Result<LockResponse, RegistryError> {
-        crate::service::call(&self.pool, call, address, request, deadline).await
+        crate::service::call(&self.pool, &self.calls, call, address, request, deadline).await
     }
 }
 

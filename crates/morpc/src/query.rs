@@ -7,6 +7,7 @@ use cnpool_registry::{RegistryError, Workload};
 use tokio::time::Instant;
 
 use crate::conn::{ConnectionOptions, ConnectionPool};
+use crate::metrics::MorpcMetrics;
 use crate::proto::{CountResponse, Empty, QueryMethod, QueryRequest, QueryResponse, Session, ShowProcessListRequest};
 
 /// Which sessions keep a CN busy.
@@ -36,11 +37,17 @@ impl SessionCounting {
 pub struct QueryClient {
     pool: ConnectionPool,
     counting: SessionCounting,
+    calls: MorpcMetrics,
 }
 
 impl QueryClient {
     pub fn new(options: ConnectionOptions, counting: SessionCounting) -> Self {
-        Self { pool: ConnectionPool::new(options), counting }
+        Self::observed(options, counting, MorpcMetrics::default())
+    }
+
+    /// A client that counts its calls in `calls`.
+    pub fn observed(options: ConnectionOptions, counting: SessionCounting, calls: MorpcMetrics) -> Self {
+        Self { pool: ConnectionPool::new(options), counting, calls }
     }
 
     /// Sessions, pipelines and replicas on the CN whose query service is at
@@ -100,7 +107,7 @@ impl QueryClient {
         request: QueryRequest,
         deadline: Instant,
     ) -> Result<QueryResponse, RegistryError> {
-        crate::service::call(&self.pool, call, address, request, deadline).await
+        crate::service::call(&self.pool, &self.calls, call, address, request, deadline).await
     }
 }
 

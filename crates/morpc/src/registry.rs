@@ -12,6 +12,7 @@ use crate::cache::StoreCache;
 use crate::conn::ConnectionOptions;
 use crate::hakeeper::{HaKeeperClient, HaKeeperOptions};
 use crate::lock::LockClient;
+use crate::metrics::MorpcMetrics;
 use crate::query::{QueryClient, SessionCounting};
 
 /// How to reach one MatrixOne cluster.
@@ -54,13 +55,22 @@ pub struct MorpcRegistry {
 
 impl MorpcRegistry {
     pub fn new(options: MorpcOptions) -> Self {
-        let hakeeper = Arc::new(HaKeeperClient::new(options.hakeeper));
+        Self::observed(options, MorpcMetrics::default())
+    }
+
+    /// A registry that counts every call it makes in `calls`.
+    pub fn observed(options: MorpcOptions, calls: MorpcMetrics) -> Self {
+        let hakeeper = Arc::new(HaKeeperClient::observed(options.hakeeper, calls.clone()));
         let cache = Arc::new(StoreCache::new(Arc::clone(&hakeeper), options.store_cache_max_age, options.call_timeout));
         Self {
             hakeeper,
             cache,
-            query: Arc::new(QueryClient::new(options.service_connection.clone(), options.session_counting)),
-            lock: Arc::new(LockClient::new(options.service_connection)),
+            query: Arc::new(QueryClient::observed(
+                options.service_connection.clone(),
+                options.session_counting,
+                calls.clone(),
+            )),
+            lock: Arc::new(LockClient::observed(options.service_connection, calls)),
             call_timeout: options.call_timeout,
         }
     }

@@ -8,6 +8,7 @@ use tokio::time::Instant;
 
 use crate::conn::ConnectionPool;
 use crate::error::RpcError;
+use crate::metrics::MorpcMetrics;
 use crate::proto::{LockRequest, LockResponse, MoError, QueryRequest, QueryResponse};
 
 /// A request to one of those services.
@@ -42,8 +43,21 @@ impl ServiceRequest for QueryRequest {
 }
 
 /// Sends `request` to `address` and decodes the answer; an error in the
-/// answer is an error, never an empty result.
+/// answer is an error, never an empty result. Counted in `calls`.
 pub(crate) async fn call<R: ServiceRequest>(
+    pool: &ConnectionPool,
+    calls: &MorpcMetrics,
+    call: &'static str,
+    address: &str,
+    request: R,
+    deadline: Instant,
+) -> Result<R::Answer, RegistryError> {
+    let result = answer(pool, call, address, request, deadline).await;
+    calls.answered(call, &result);
+    result
+}
+
+async fn answer<R: ServiceRequest>(
     pool: &ConnectionPool,
     call: &'static str,
     address: &str,

@@ -374,3 +374,32 @@ async fn garbage_closes_that_connection_only() {
     assert_eq!(garbage.read_to_end(&mut rest).await.unwrap(), 0, "closed without an answer");
     assert_eq!(client(&cluster).list_stores().await.unwrap().len(), 1);
 }
+
+/// Each call is counted once by its method, whatever attempts it took, and
+/// one that fails is counted by its kind of error: what a dashboard of
+/// HAKeeper's health reads.
+#[tokio::test]
+async fn calls_are_counted_by_method_and_failures_by_kind() {
+    let cluster = cluster(&["u1"]).await;
+    let calls = cnpool_morpc::MorpcMetrics::default();
+    let options = MorpcOptions {
+        call_timeout: Duration::from_millis(500),
+        ..options(&cluster.hakeeper.local_addr().to_string())
+    };
+    let client = MorpcRegistry::observed(options, calls.clone());
+    let store = client.list_stores().await.unwrap().remove(0);
+    client.patch_store("u1", WorkState::Working, &labels(&[("account", &["acme"])])).await.unwrap();
+    client.workload(&store).await.unwrap();
+    assert_eq!(calls.requests("GetClusterDetails"), 1);
+    assert_eq!(calls.requests("PatchCNStore"), 1);
+    for method in ["ShowProcessList", "GetPipelineInfo", "GetReplicaCount"] {
+        assert_eq!(calls.requests(method), 1, "{method}");
+    }
+
+    cluster.hakeeper.shutdown().await;
+    let down = client.delete_store("u1").await;
+    assert!(down.is_err(), "{down:?}");
+    assert_eq!(calls.requests("DeleteCNStore"), 1, "a call retried until its deadline is one call");
+    assert_eq!(calls.errors("DeleteCNStore", "no_hakeeper"), 1);
+    assert_eq!(calls.errors("PatchCNStore", "no_hakeeper"), 0);
+}

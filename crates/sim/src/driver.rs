@@ -184,7 +184,7 @@ pub async fn run_replica(
     shutdown: Shared<BoxFuture<'static, ()>>,
 ) {
     let replica = config.instance.clone();
-    let Wiring { ctx, informers, pods, claims, pools, claim_sets, triggers } =
+    let Wiring { ctx, informers, pods, claims, pools, claim_sets, triggers, .. } =
         cnpool_controllers::wire(client, registry, config, &cnpool_controllers::Telemetry::default(), shutdown.clone());
     let claim_controller = Controller {
         replica: replica.clone(),

@@ -75,8 +75,10 @@ fn respond(review: Review, kind: &str, path: &str, decide: impl FnOnce(&Request)
     if response.allowed {
         tracing::debug!(kind, name = request.name, operation = ?request.operation, "admitted");
     } else {
-        tracing::info!(kind, name = request.name, operation = ?request.operation, user = ?request.user_info.username,
-            reason = response.result.message, "refused");
+        // An absent user name is left out, not logged as `None`.
+        let user = request.user_info.username.as_deref();
+        tracing::info!(kind, name = request.name, operation = ?request.operation, user, reason = response.result.message,
+            "refused");
     }
     Json(response.into_review())
 }

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use cnpool_controllers::metrics::{CountRequestsLayer, Metrics};
+use cnpool_controllers::{CountRequestsLayer, Metrics};
 use cnpool_registry::memory::MemoryRegistry;
 use tokio::sync::watch;
 
@@ -80,13 +80,11 @@ where
 
     let mut metrics_registry = prometheus_client::registry::Registry::default();
     let metrics = Arc::new(Metrics::register(&mut metrics_registry));
-    let operator_client = kube::Client::new(
-        tower::Layer::layer(&CountRequestsLayer::new(Arc::clone(&metrics)), server.router()),
-        NAMESPACE,
-    );
+    let telemetry = cnpool_controllers::Telemetry::new(metrics);
+    let operator_client =
+        kube::Client::new(tower::Layer::layer(&CountRequestsLayer::new(&telemetry), server.router()), NAMESPACE);
     let config = cnpool_controllers::Config { namespace: Some(NAMESPACE.to_owned()), ..Default::default() };
     let workers = config.workers;
-    let telemetry = cnpool_controllers::Telemetry::new(metrics);
     tokio::spawn(cnpool_controllers::run_observed(operator_client, registry, config, telemetry, stopped()));
 
     cluster::create_pool(&client, NAMESPACE, claims).await?;
@@ -127,13 +125,6 @@ fn scrape(registry: &prometheus_client::registry::Registry) -> anyhow::Result<cl
 
 /// CPU time (user and system) this process has used so far.
 fn process_cpu() -> anyhow::Result<Duration> {
-    let stat = std::fs::read_to_string("/proc/self/stat").context("reading /proc/self/stat")?;
-    // The fields after the command name, which is in parentheses and may hold spaces.
-    let fields: Vec<&str> =
-        stat.rsplit_once(')').map(|(_, rest)| rest.split_whitespace().collect()).unwrap_or_default();
-    // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name.
-    let ticks: u64 =
-        fields.get(11..13).map(|both| both.iter().filter_map(|field| field.parse::<u64>().ok()).sum()).unwrap_or(0);
-    // The kernel counts in USER_HZ, 100 on Linux.
-    Ok(Duration::from_millis(ticks * 10))
+    let seconds = crate::process::cpu_seconds().context("reading /proc/self/stat")?;
+    Ok(Duration::from_secs_f64(seconds))
 }

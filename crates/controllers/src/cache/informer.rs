@@ -116,18 +116,26 @@ pub(super) fn resolve<'a, K>(
 /// after (none for a deletion).
 pub type Change<'a, K> = (Option<&'a Arc<K>>, Option<&'a Arc<K>>);
 
+/// What an informer reports besides its changes.
+pub struct Progress<D, L> {
+    /// Told of every event, a relist's included: the watch delivers.
+    pub delivered: D,
+    /// Told once, when the first list is complete.
+    pub first_list: L,
+}
+
 /// Runs one kind's watch until `shutdown`: applies every event to the
 /// controller runtime's store `writer` and to `cache`, then tells
-/// `on_change`. Events of a relist are reported once the relist is complete,
-/// when the runtime's store has them too; `on_first_list` is told once, when
-/// the first list is.
+/// `on_change`, and its [`Progress`] to `progress`. Events of a relist are
+/// reported once the relist is complete, when the runtime's store has them
+/// too.
 pub async fn inform<K, I>(
     api: Api<K>,
     config: watcher::Config,
     mut writer: Writer<K>,
     cache: Arc<Cache<K, I>>,
     on_change: impl Fn(Change<'_, K>) + Send,
-    on_first_list: impl FnOnce() + Send,
+    progress: Progress<impl Fn() + Send, impl FnOnce() + Send>,
     shutdown: Shared<futures::future::BoxFuture<'static, ()>>,
 ) where
     K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
@@ -139,7 +147,8 @@ pub async fn inform<K, I>(
     // takes the store's copy rather than keeping one of its own.
     let store = writer.as_reader();
     let mut relisted: Option<(BTreeSet<Key>, Vec<ObjectRef<K>>)> = None;
-    let mut on_first_list = Some(on_first_list);
+    let Progress { delivered, first_list } = progress;
+    let mut on_first_list = Some(first_list);
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
         let event = tokio::select! {
@@ -154,6 +163,7 @@ pub async fn inform<K, I>(
             }
             None => return,
         };
+        delivered();
         writer.apply_watcher_event(&event);
         match event {
             watcher::Event::Init => relisted = Some((BTreeSet::new(), Vec::new())),

@@ -18,6 +18,6 @@ mod informer;
 mod objects;
 mod pods;
 
-pub use informer::{Cache, Change, Index, inform};
+pub use informer::{Cache, Change, Index, Progress, inform};
 pub use objects::{ClaimIndex, ClaimSets, Claims, NoIndex, PoolIndex, Pools, controlling_set, waits_for_pod};
 pub use pods::{AgeRank, IdlePod, PodIndex, Pods, age_rank_of};

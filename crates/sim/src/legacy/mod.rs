@@ -290,7 +290,16 @@ where
     let writer: Writer<K> = Writer::default();
     let store = writer.as_reader();
     let changes: Arc<Cache<K, NoIndex>> = Arc::default();
-    let informer = cnpool_controllers::cache::inform(api, config, writer, changes, on_change, || {}, shutdown).boxed();
+    let informer = cnpool_controllers::cache::inform(
+        api,
+        config,
+        writer,
+        changes,
+        on_change,
+        cnpool_controllers::cache::Progress { delivered: || {}, first_list: || {} },
+        shutdown,
+    )
+    .boxed();
     (store, informer)
 }
 
