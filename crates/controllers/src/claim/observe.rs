@@ -10,6 +10,8 @@ use cnpool_core::candidates::eligibility;
 use cnpool_core::claim::{ClaimInput, Holding};
 use cnpool_core::convert::claim_view;
 use cnpool_core::model::{ClaimView, PodView, PoolView, Read, StoreView};
+use cnpool_core::pool::occupancy;
+use cnpool_core::waiting::ClaimWait;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams};
@@ -267,6 +269,19 @@ fn may_roll<R>(ctx: &Context<R>, namespace: &str, held: Option<&PodView>) -> boo
     let Some(pool) = held.and_then(|pod| pod.pool.as_deref()) else { return false };
     let migrating = ctx.claims.in_pool(namespace, pool).iter().any(|claim| claim.spec.source_pod.is_some());
     !migrating && !ctx.rollouts.lately(namespace, pool)
+}
+
+/// Why `claim` found no pod to take ([`cnpool_core::waiting::why_no_pod`]),
+/// from the pools of its namespace and their pods as cached.
+pub(super) fn why_no_pod<R>(ctx: &Context<R>, claim: &ClaimView, namespace: &str) -> ClaimWait {
+    let observer = ctx.observer();
+    let occupancy = |pool: &PoolView| {
+        let pods = ctx.pods.in_pool(namespace, &pool.name);
+        // A pod that does not read as a pod of the pool takes no part.
+        let views: Vec<PodView> = pods.iter().filter_map(|pod| observer.read_pod(pod).ok()).collect();
+        occupancy(pool, &views)
+    };
+    cnpool_core::waiting::why_no_pod(claim, &ctx.pool_views_in(namespace), occupancy, ctx.stores.reachability())
 }
 
 /// How many Idle pods a claim reads from each pool that it may take (after
