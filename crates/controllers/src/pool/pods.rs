@@ -5,7 +5,7 @@ use cnpool_api::{CNPool, PodPhase, labels};
 use k8s_openapi::api::core::v1::{Pod, Service, ServiceSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, PostParams};
-use kube::{Resource, ResourceExt};
+use kube::Resource;
 
 use crate::context::Context;
 use crate::error::{Error, is_already_exists};
