@@ -17,6 +17,7 @@ use super::status::{
     self, BOUND_CONDITION, BackOnSource, MIGRATION_CONDITION, MigrationEnd, changed_since_read, replace, replace_claim,
     write_condition,
 };
+use crate::conditions;
 use crate::context::Context;
 use crate::error::Error;
 use crate::key::{Key, Kind};
@@ -244,8 +245,9 @@ async fn acquire_first<R>(
     // waits for a new pod; a migrating one is still bound, and says why its
     // migration waits.
     if candidates.is_empty() && (view.source_pod.is_some() || view.phase != Some(ClaimPhase::Lost)) {
-        let wait = why_no_pod(ctx, view, &snap.namespace());
         let condition = if view.source_pod.is_some() { MIGRATION_CONDITION } else { BOUND_CONDITION };
+        let shown = snap.claim.status.as_ref().and_then(|status| conditions::find(&status.conditions, condition));
+        let wait = why_no_pod(ctx, view, &snap.namespace(), shown).await?;
         status::show_pod_wait(ctx, snap, condition, &wait).await?;
     }
     // A pod held back as acquired lately comes back when that note expires,
