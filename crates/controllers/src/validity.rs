@@ -131,7 +131,10 @@ mod tests {
         assert_eq!((ready.reason.as_str(), ready.last_transition_time.0), ("HAKeeperUnreachable", at(10)));
         assert!(valid.apply(&mut conditions, healthy, Some(3), at(40)));
         let ready = ready_condition(&conditions).unwrap();
-        assert_eq!((ready.status.as_str(), ready.reason.as_str(), ready.last_transition_time.0), ("True", "Serving", at(40)));
+        assert_eq!(
+            (ready.status.as_str(), ready.reason.as_str(), ready.last_transition_time.0),
+            ("True", "Serving", at(40))
+        );
         assert_eq!(conditions.len(), 1);
     }
 }

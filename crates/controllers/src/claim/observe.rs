@@ -293,12 +293,16 @@ pub(super) async fn why_no_pod<R>(
     };
     let reachability = ctx.stores.reachability();
     let cached = cnpool_core::waiting::why_no_pod(claim, &ctx.pool_views_in(namespace), occupancy, reachability);
-    let said = |wait: &ClaimWait| shown.is_some_and(|shown| shown.reason == wait.reason() && shown.message == wait.message());
+    let said =
+        |wait: &ClaimWait| shown.is_some_and(|shown| shown.reason == wait.reason() && shown.message == wait.message());
     if !matches!(cached, ClaimWait::NoPoolMatches { .. }) || said(&cached) {
         return Ok(cached);
     }
     let pools: Api<CNPool> = Api::namespaced(ctx.client.clone(), namespace);
-    let listed = pools.list(&ListParams::default()).await.map_err(|error| Error::kube("list pools for claim", &claim.name, error))?;
+    let listed = pools
+        .list(&ListParams::default())
+        .await
+        .map_err(|error| Error::kube("list pools for claim", &claim.name, error))?;
     let live: Vec<PoolView> = listed
         .items
         .iter()

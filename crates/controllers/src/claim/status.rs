@@ -149,7 +149,12 @@ pub(super) async fn show_store_wait<R>(
 
 /// Says in the condition `type_` why a claim that takes a pod from its
 /// pool found none ([`cnpool_core::waiting::why_no_pod`]).
-pub(super) async fn show_pod_wait<R>(ctx: &Context<R>, snap: &mut Snapshot, type_: &str, wait: &ClaimWait) -> Result<(), Error> {
+pub(super) async fn show_pod_wait<R>(
+    ctx: &Context<R>,
+    snap: &mut Snapshot,
+    type_: &str,
+    wait: &ClaimWait,
+) -> Result<(), Error> {
     write_condition(ctx, snap, type_, "False", wait.reason(), &wait.message(), wait.needs_action()).await
 }
 

@@ -57,9 +57,12 @@ pub fn apply(
         Reachability::Reachable => {
             Some(Wanted { type_: HAKEEPER_REACHABLE, status: "True", reason: "Reachable", message: "HAKeeper answers" })
         }
-        Reachability::Unreachable => {
-            Some(Wanted { type_: HAKEEPER_REACHABLE, status: "False", reason: HAKEEPER_UNREACHABLE, message: unreachable })
-        }
+        Reachability::Unreachable => Some(Wanted {
+            type_: HAKEEPER_REACHABLE,
+            status: "False",
+            reason: HAKEEPER_UNREACHABLE,
+            message: unreachable,
+        }),
     };
     if let Some(wanted) = reachable {
         conditions::set(conditions, wanted, generation, now);
@@ -80,7 +83,9 @@ pub fn apply(
 
 /// One log line per condition that changed its status or reason.
 pub fn log_changes(pool: &CNPool, before: &[Condition], after: &[Condition]) {
-    for condition in after.iter().filter(|condition| condition.type_ != READY_CONDITION || condition.reason != "InvalidSpec") {
+    for condition in
+        after.iter().filter(|condition| condition.type_ != READY_CONDITION || condition.reason != "InvalidSpec")
+    {
         let old = conditions::find(before, &condition.type_);
         if old.is_some_and(|old| old.status == condition.status && old.reason == condition.reason) {
             continue;

@@ -4,8 +4,8 @@
 use cnpool_api::{CNPool, PodPhase, labels};
 use k8s_openapi::api::core::v1::{Pod, Service, ServiceSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{Api, PostParams};
 use kube::Resource;
+use kube::api::{Api, PostParams};
 
 use crate::context::Context;
 use crate::error::{Error, is_already_exists};

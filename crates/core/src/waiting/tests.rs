@@ -21,7 +21,12 @@ fn starting(name: &str) -> PodView {
 
 /// The reason `claim` is given with `pods` in [`POOL`] (and none elsewhere).
 fn wait_of(claim: &ClaimView, pools: &[PoolView], pods: &[PodView], hakeeper: Reachability) -> ClaimWait {
-    why_no_pod(claim, pools, |pool| if pool.name == POOL { occupancy(pool, pods) } else { Occupancy::default() }, hakeeper)
+    why_no_pod(
+        claim,
+        pools,
+        |pool| if pool.name == POOL { occupancy(pool, pods) } else { Occupancy::default() },
+        hakeeper,
+    )
 }
 
 #[test]
