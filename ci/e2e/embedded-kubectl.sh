@@ -32,8 +32,18 @@ check "kubectl get cnclaims has the Pod, Phase, Pool and Age columns" \
   expect_match '^NAME +POD +PHASE +POOL +AGE' "$(kubectl get cnclaims 2>&1 | head -n 1)"
 check "-o wide adds Node and Owner" expect_match 'NODE +OWNER$' "$(kubectl get cnclaims -o wide 2>&1 | head -n 1)"
 check "-o yaml prints the object" expect_match 'kind: CNClaim' "$(kubectl get cnclaim test -o yaml 2>&1)"
-check "kubectl get cnpools shows Idle, Bound, Total, MaxIdle" \
-  expect_match '^NAME +IDLE +BOUND +TOTAL +MAXIDLE +AGE' "$(kubectl get cnpools 2>&1 | head -n 1)"
+check "kubectl get cnpools shows Idle, Bound, Pending, Max, Ready" \
+  expect_match '^NAME +IDLE +BOUND +PENDING +MAX +READY +AGE$' "$(kubectl get cnpools 2>&1 | head -n 1)"
+check "-o wide adds Draining and Revision" \
+  expect_match '^NAME +IDLE +BOUND +PENDING +MAX +READY +AGE +DRAINING +REVISION$' \
+  "$(kubectl get cnpools -o wide 2>&1 | head -n 1)"
+check "the example pool shows maxPods 10 and Ready True" \
+  expect_match '^default +[0-9]+ +[0-9]+ +[0-9]+ +10 +True ' "$(kubectl get cnpools --no-headers 2>&1)"
+check "-o wide shows the pool's template revision" \
+  expect_match "$(kubectl get cnpool default -o jsonpath='{.status.currentRevision}')\$" \
+  "$(kubectl get cnpools -o wide --no-headers 2>&1)"
+check "kubectl get cnclaimsets shows Ready, then Replicas" \
+  expect_match '^NAME +READY +REPLICAS +AGE$' "$(kubectl get cnclaimsets 2>&1 | head -n 1)"
 
 unknown=$(kubectl apply -f - 2>&1 <<'YAML'
 apiVersion: core.matrixorigin.io/v1alpha1
@@ -53,6 +63,19 @@ check "kubectl patch --type merge" kubectl patch cnclaim test --type merge -p '{
 check "the patch shows under -o wide" expect_match 'alice$' "$(kubectl get cnclaim test -o wide --no-headers 2>&1)"
 check "kubectl scale cnclaimset" kubectl scale cnclaimset test --replicas=4
 check "scale changed spec.replicas" expect_eq 4 "$(kubectl get cnclaimset test -o jsonpath='{.spec.replicas}')"
+ready=""
+for _ in $(seq 1 300); do
+  ready=$(kubectl get cnclaimset test -o jsonpath='{.status.readyReplicas}' 2>/dev/null)
+  [[ $ready == 4 ]] && break
+  sleep 0.1
+done
+check "the scaled set has 4 ready claims within 30 s" expect_eq 4 "$ready"
+# The pool scaled out several times; the newest pod is named by an Event of
+# its own, not hidden under the first scale-out's text.
+newest=$(kubectl get pods -l pool.matrixorigin.io/pool-name=default --sort-by=.metadata.creationTimestamp \
+  -o jsonpath='{.items[-1:].metadata.name}')
+check "kubectl describe cnpool names the pods of the last scale-out" \
+  expect_match "ScaledOut +.*created pods .*$newest([^0-9]|\$)" "$(kubectl describe cnpool default 2>&1)"
 
 # An Event as kube-rs's recorder writes it (events.k8s.io/v1) shows in describe.
 kubectl create -f - >/dev/null 2>&1 <<YAML
@@ -104,6 +127,12 @@ if [[ -n ${KUBECTL_120:-} ]]; then
   check "kubectl 1.20: get" "$KUBECTL_120" get cnclaimsets
   check "kubectl 1.20: apply --validate=false" "$KUBECTL_120" apply --validate=false -f "$repo/examples/claim.yaml"
   check "kubectl 1.20: get shows the columns" expect_match '^NAME +POD +PHASE' "$("$KUBECTL_120" get cnclaims 2>&1 | head -n 1)"
+  check "kubectl 1.20: get cnpools shows the columns" \
+    expect_match '^NAME +IDLE +BOUND +PENDING +MAX +READY +AGE$' "$("$KUBECTL_120" get cnpools 2>&1 | head -n 1)"
+  check "kubectl 1.20: -o wide adds Draining and Revision" \
+    expect_match 'READY +AGE +DRAINING +REVISION$' "$("$KUBECTL_120" get cnpools -o wide 2>&1 | head -n 1)"
+  check "kubectl 1.20: the pool's values" \
+    expect_match '^default +[0-9]+ +[0-9]+ +[0-9]+ +10 +True ' "$("$KUBECTL_120" get cnpools --no-headers 2>&1)"
   check "kubectl 1.20: delete" "$KUBECTL_120" delete cnclaim test
 fi
 summary

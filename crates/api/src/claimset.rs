@@ -27,8 +27,8 @@ use crate::claim::{CNClaimSpec, CNClaimStatus};
         status_replicas_path = ".status.replicas",
         label_selector_path = ".status.labelSelector"
     ),
-    printcolumn(name = "Replicas", type_ = "integer", json_path = ".spec.replicas"),
     printcolumn(name = "Ready", type_ = "integer", json_path = ".status.readyReplicas"),
+    printcolumn(name = "Replicas", type_ = "integer", json_path = ".spec.replicas"),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
 /// How many claims the set keeps, and what each looks like.

@@ -33,9 +33,12 @@ use crate::common::GoDuration;
     doc = "A pool of warm MatrixOne CN pods handed out exclusively to CNClaims.",
     printcolumn(name = "Idle", type_ = "integer", json_path = ".status.idle"),
     printcolumn(name = "Bound", type_ = "integer", json_path = ".status.bound"),
-    printcolumn(name = "Total", type_ = "integer", json_path = ".status.replicas"),
-    printcolumn(name = "MaxIdle", type_ = "integer", json_path = ".spec.strategy.scaleStrategy.maxIdle"),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+    printcolumn(name = "Pending", type_ = "integer", json_path = ".status.pendingClaims"),
+    printcolumn(name = "Max", type_ = "integer", json_path = ".spec.strategy.scaleStrategy.maxPods"),
+    printcolumn(name = "Ready", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].status"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
+    printcolumn(name = "Draining", type_ = "integer", json_path = ".status.draining", priority = 1),
+    printcolumn(name = "Revision", type_ = "string", json_path = ".status.currentRevision", priority = 1)
 )]
 /// The pods a pool keeps: their template and labels, where their CN stores
 /// register, and how many stay warm.
@@ -55,6 +58,20 @@ pub struct CNPoolSpec {
     /// CNs.
     #[serde(default)]
     pub strategy: PoolStrategy,
+}
+
+impl CNPool {
+    /// The labels every pod of the pool carries whatever its phase or owner:
+    /// the template's, the pool's `podLabels`, and the pool's name. A
+    /// claim's selector matches the pool's pods exactly when it matches
+    /// these.
+    pub fn pod_labels(&self) -> BTreeMap<String, String> {
+        let mut pod_labels =
+            self.spec.template.metadata.as_ref().and_then(|meta| meta.labels.clone()).unwrap_or_default();
+        pod_labels.extend(self.spec.pod_labels.clone());
+        pod_labels.insert(crate::labels::POOL_NAME.to_owned(), self.metadata.name.clone().unwrap_or_default());
+        pod_labels
+    }
 }
 
 /// Where to find the HAKeeper of the MatrixOne cluster the pool's CNs join.

@@ -47,6 +47,7 @@ pub(crate) fn pool() -> PoolView {
         drain_timeout: std::time::Duration::from_secs(3600),
         min_delay: std::time::Duration::ZERO,
         deleting: false,
+        pod_labels: Default::default(),
     }
 }
 

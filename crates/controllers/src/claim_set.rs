@@ -24,11 +24,13 @@ use cnpool_core::claim_set::{ClaimSetPlan, NewMember, plan_claim_set};
 use cnpool_core::convert::{claim_set_view, member_view};
 use cnpool_core::model::MemberView;
 use cnpool_registry::StoreRegistry;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use jiff::Timestamp;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta};
 use kube::api::{Api, DeleteParams, PostParams, Preconditions};
 use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 
+use crate::conditions::{self, Wanted};
 use crate::context::Context;
 use crate::error::{Error, is_already_exists, is_not_found, is_stale};
 use crate::key::{Key, Kind, key_of};
@@ -240,12 +242,14 @@ async fn write_status<R>(
 ) -> Result<bool, Error> {
     let current = set.status.clone().unwrap_or_default();
     let mut conditions = current.conditions.clone();
-    verdict.apply(&mut conditions, set.metadata.generation, ctx.now());
     let ready = live.iter().filter(|claim| matches!(claim.phase(), Some(ClaimPhase::Bound | ClaimPhase::Outdated)));
+    let ready = ready.count();
+    let progress = Progress::of(set, live, awaited, ready);
+    progress.apply(&mut conditions, verdict, set.metadata.generation, ctx.now());
     let count = |n: usize| i32::try_from(n).unwrap_or(i32::MAX);
     let status = CNClaimSetStatus {
         replicas: count(live.len() + awaited),
-        ready_replicas: count(ready.count()),
+        ready_replicas: count(ready),
         claims: live.iter().map(|claim| claim.status.clone().unwrap_or_default()).collect(),
         label_selector: Some(member_selector(&set.name_any())),
         pod_selector: current.pod_selector.clone(),
@@ -269,10 +273,87 @@ async fn write_status<R>(
     }
 }
 
+/// The `Progressing` condition: a rollout or a scale under way.
+pub const PROGRESSING_CONDITION: &str = "Progressing";
+
+/// How far a set is from what its spec asks, as its `Ready` and
+/// `Progressing` conditions say. The counts are the set's own: only its
+/// members change them.
+struct Progress {
+    /// `spec.replicas`.
+    wanted: usize,
+    /// Members not going away, and creations the cache does not show yet.
+    members: usize,
+    /// Members Bound or Outdated.
+    ready: usize,
+    /// Members on an old template, or migrating.
+    moving: usize,
+}
+
+impl Progress {
+    fn of(set: &CNClaimSet, live: &[&CNClaim], awaited: usize, ready: usize) -> Self {
+        let moving = live
+            .iter()
+            .filter(|claim| claim.phase() == Some(ClaimPhase::Outdated) || claim.spec.source_pod.is_some())
+            .count();
+        let wanted = usize::try_from(set.spec.replicas).unwrap_or(0);
+        Self { wanted, members: live.len() + awaited, ready, moving }
+    }
+
+    /// Sets `Ready` (all wanted members served, unless the spec is
+    /// invalid) and, for a valid spec, `Progressing`.
+    fn apply(&self, conditions: &mut Vec<Condition>, verdict: &Verdict, generation: Option<i64>, now: Timestamp) {
+        // A surge's extra members, or a scale-in's, do not make a set unready.
+        let all_ready = self.ready >= self.wanted;
+        let message = format!("{} of {} claims are Bound", self.ready, self.wanted);
+        let reason = if all_ready { "AllClaimsBound" } else { "ClaimsNotBound" };
+        verdict.apply(conditions, (all_ready, reason, &message), generation, now);
+        if !verdict.valid {
+            return;
+        }
+        let (status, reason, message) = if self.moving > 0 {
+            ("True", "RollingOut", format!("{} claims move to pods of their pool's current template", self.moving))
+        } else if self.members != self.wanted {
+            ("True", "Scaling", format!("scaling from {} to {} claims", self.members, self.wanted))
+        } else {
+            ("False", "Settled", format!("the set has its {} claims and none moves", self.wanted))
+        };
+        let wanted = Wanted { type_: PROGRESSING_CONDITION, status, reason, message: &message };
+        conditions::set(conditions, wanted, generation, now);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    fn shown<'a>(conditions: &'a [Condition], type_: &str) -> (&'a str, &'a str) {
+        let condition = conditions::find(conditions, type_).unwrap();
+        (condition.status.as_str(), condition.reason.as_str())
+    }
+
+    #[test]
+    fn ready_and_progressing_follow_the_members() {
+        let now = Timestamp::UNIX_EPOCH;
+        let valid = Verdict::of(Ok(()), "x");
+        let mut conditions = Vec::new();
+        let scaling = Progress { wanted: 3, members: 1, ready: 1, moving: 0 };
+        scaling.apply(&mut conditions, &valid, Some(1), now);
+        assert_eq!(shown(&conditions, "Ready"), ("False", "ClaimsNotBound"));
+        assert_eq!(shown(&conditions, PROGRESSING_CONDITION), ("True", "Scaling"));
+        let rolling = Progress { wanted: 3, members: 4, ready: 3, moving: 1 };
+        rolling.apply(&mut conditions, &valid, Some(1), now);
+        assert_eq!(shown(&conditions, PROGRESSING_CONDITION), ("True", "RollingOut"));
+        let settled = Progress { wanted: 3, members: 3, ready: 3, moving: 0 };
+        settled.apply(&mut conditions, &valid, Some(1), now);
+        assert_eq!(shown(&conditions, "Ready"), ("True", "AllClaimsBound"));
+        assert_eq!(shown(&conditions, PROGRESSING_CONDITION), ("False", "Settled"));
+        let invalid = Verdict::of(Err(cnpool_api::validation::Invalid(Vec::new())), "x");
+        settled.apply(&mut conditions, &invalid, Some(2), now);
+        assert_eq!(shown(&conditions, "Ready"), ("False", "InvalidSpec"));
+        assert_eq!(shown(&conditions, PROGRESSING_CONDITION), ("False", "Settled"), "left as it was");
+    }
 
     #[test]
     fn a_member_is_made_from_the_template_and_owned_by_the_set() {

@@ -13,11 +13,11 @@ use cnpool_core::model::PoolView;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 use kube::api::ApiResource;
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 
 use crate::Config;
 use crate::backoff::Backoff;
 use crate::cache::{ClaimSets, Claims, Pods, Pools};
+use crate::events::Recorder;
 use crate::expected::Expected;
 use crate::lately::{ClaimsTookLately, PodsTakenLately, Rollouts};
 use crate::metrics::Metrics;
@@ -86,13 +86,12 @@ impl<R> Context<R> {
     }
 
     pub fn new(client: kube::Client, registry: R, config: Config, metrics: Arc<Metrics>) -> Self {
-        let reporter = Reporter { controller: "cnpool".into(), instance: Some(config.instance.clone()) };
         Self {
             wake: Wakers::new(config.wake_interval, config.pool_wake_interval),
             claim_writes: OwnWrites::new(config.requeue_max),
             claim_pod_writes: OwnWrites::new(config.requeue_max),
             pool_status_writes: OwnWrites::new(config.requeue_max),
-            recorder: Recorder::new(client.clone(), reporter),
+            recorder: Recorder::new(client.clone(), "cnpool", &config.instance),
             backoff: Backoff::new(&config),
             pods_taken_lately: PodsTakenLately::new(config.requeue_max),
             claims_took_lately: ClaimsTookLately::new(config.requeue_max),
@@ -138,9 +137,19 @@ impl<R> Context<R> {
     /// The pool views, with this operator's drain defaults for pools that
     /// set none.
     pub fn pool_views(&self) -> Vec<PoolView> {
+        self.pool_views_where(|_| true)
+    }
+
+    /// The views of the pools in `namespace`.
+    pub fn pool_views_in(&self, namespace: &str) -> Vec<PoolView> {
+        self.pool_views_where(|pool| pool.metadata.namespace.as_deref() == Some(namespace))
+    }
+
+    fn pool_views_where(&self, wanted: impl Fn(&cnpool_api::CNPool) -> bool) -> Vec<PoolView> {
         self.pools
             .all()
             .into_iter()
+            .filter(|(pool, _)| wanted(pool))
             .filter_map(|(pool, revision)| match self.pool_view(&pool, &revision) {
                 Ok(view) => Some(view),
                 Err(error) => {
@@ -169,14 +178,7 @@ impl<R> Context<R> {
 
     /// Publishes an Event; a failure to publish is logged, never fatal.
     pub async fn event(&self, object: &ObjectReference, warning: bool, reason: &str, action: &str, note: String) {
-        let event = Event {
-            type_: if warning { EventType::Warning } else { EventType::Normal },
-            reason: reason.to_owned(),
-            note: Some(note),
-            action: action.to_owned(),
-            secondary: None,
-        };
-        if let Err(error) = self.recorder.publish(&event, object).await {
+        if let Err(error) = self.recorder.publish(object, warning, reason, action, note, self.now()).await {
             tracing::debug!(%error, reason, "could not publish an Event");
         }
     }

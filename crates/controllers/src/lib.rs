@@ -17,6 +17,8 @@
 //! - `registry_poll`: HAKeeper's store list, read into `stores`;
 //! - [`cutover`]: the cutover time, read from (or first recorded in) the
 //!   cluster at start: only claims older than it adopt Go-bound pods;
+//! - `conditions`: setting a status condition, kept once for every kind;
+//! - `events`: the Event recorder, whose Events say what last happened;
 //! - `context`: what every reconcile shares, with this process's memory in
 //!   small structs of their own (`backoff`, `lately`, `migrations`,
 //!   `expected`, `stores`, `own_writes`);
@@ -33,9 +35,11 @@ pub mod cache;
 pub mod claim;
 pub mod claim_set;
 mod clock;
+mod conditions;
 mod context;
 pub mod cutover;
 mod error;
+mod events;
 mod expected;
 pub mod health;
 mod key;

@@ -8,6 +8,7 @@ use cnpool_registry::{RegistryError, StoreRegistry};
 use futures::future::{BoxFuture, Shared};
 
 use crate::context::Context;
+use crate::stores::UNREACHABLE_AFTER;
 use crate::wake;
 
 /// Reads HAKeeper's store list every `registry_poll` until `shutdown`, and
@@ -16,7 +17,8 @@ pub async fn poll_registry<R: StoreRegistry>(ctx: Arc<Context<R>>, shutdown: Sha
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
         if let Err(error) = refresh_stores(&ctx).await {
-            tracing::warn!(%error, kind = error.metric_label(), "cannot list CN stores");
+            // Said at warn once HAKeeper counts as unreachable (`refresh_stores`).
+            tracing::debug!(%error, kind = error.metric_label(), "cannot list CN stores");
         }
         tokio::select! {
             () = &mut shutdown => return,
@@ -26,10 +28,26 @@ pub async fn poll_registry<R: StoreRegistry>(ctx: Arc<Context<R>>, shutdown: Sha
 }
 
 /// Lists HAKeeper's stores now, and wakes the pods (and their claims) whose
-/// store changed since the last listing.
+/// store changed since the last listing; when HAKeeper turns reachable or
+/// unreachable, says so once and wakes what reports it.
 pub async fn refresh_stores<R: StoreRegistry>(ctx: &Context<R>) -> Result<(), RegistryError> {
-    for uuid in ctx.stores.replace(ctx.registry.list_stores().await?) {
+    let listed = match ctx.registry.list_stores().await {
+        Ok(listed) => listed,
+        Err(error) => {
+            if let Some(now) = ctx.stores.listing_failed() {
+                tracing::warn!(%error, failures = UNREACHABLE_AFTER, "HAKeeper unreachable: CN store listings fail");
+                wake::hakeeper_changed(ctx, now);
+            }
+            return Err(error);
+        }
+    };
+    let (changed, reachability) = ctx.stores.replace(listed);
+    for uuid in changed {
         wake::store_changed(ctx, &uuid, None);
+    }
+    if let Some(now) = reachability {
+        tracing::info!(reachability = ?now, "HAKeeper answers CN store listings");
+        wake::hakeeper_changed(ctx, now);
     }
     Ok(())
 }

@@ -189,6 +189,7 @@ fn pool_of<R>(ctx: &Context<R>, view: &PodView) -> PoolView {
         drain_timeout: ctx.config.drain_timeout,
         min_delay: ctx.config.drain_min_delay,
         deleting: true,
+        pod_labels: Default::default(),
     })
 }
 

@@ -1,10 +1,11 @@
-//! What HAKeeper's store list said when last read, and since when each
-//! store it lacks has been missing.
+//! What HAKeeper's store list said when last read, since when each store
+//! it lacks has been missing, and whether HAKeeper answers at all.
 
 use std::collections::BTreeMap;
 use std::sync::{Mutex, PoisonError};
 
 use cnpool_core::model::{ObservedStore, StoreView};
+use cnpool_core::waiting::Reachability;
 use cnpool_registry::CnStore;
 use jiff::Timestamp;
 
@@ -20,6 +21,25 @@ struct Listing {
     stores: BTreeMap<String, CnStore>,
     /// When each store was first noticed missing.
     missing_since: BTreeMap<String, Timestamp>,
+    /// Listings that failed in a row since the last one answered.
+    failures: u32,
+}
+
+/// Failed listings in a row after which HAKeeper counts as unreachable: a
+/// single lost answer is a hiccup, and would rewrite the conditions of
+/// every waiting claim and every pool twice.
+pub const UNREACHABLE_AFTER: u32 = 3;
+
+impl Listing {
+    fn reachability(&self) -> Reachability {
+        if self.failures >= UNREACHABLE_AFTER {
+            Reachability::Unreachable
+        } else if self.listed {
+            Reachability::Reachable
+        } else {
+            Reachability::Unknown
+        }
+    }
 }
 
 impl StoreSnapshot {
@@ -77,10 +97,27 @@ impl StoreSnapshot {
         (listing.listed, listing.stores.get(uuid).cloned())
     }
 
-    /// Replaces the snapshot with a fresh list; returns the UUIDs whose
-    /// entry changed.
-    pub fn replace(&self, listed: Vec<CnStore>) -> Vec<String> {
+    /// Whether HAKeeper answers, as the listings tell.
+    pub fn reachability(&self) -> Reachability {
+        self.listing().reachability()
+    }
+
+    /// Notes a listing that failed; returns the reachability it changed
+    /// to, if it changed.
+    pub fn listing_failed(&self) -> Option<Reachability> {
         let mut listing = self.listing();
+        let before = listing.reachability();
+        listing.failures = listing.failures.saturating_add(1);
+        Some(listing.reachability()).filter(|now| *now != before)
+    }
+
+    /// Replaces the snapshot with a fresh list; returns the UUIDs whose
+    /// entry changed, and the reachability the listing changed to, if it
+    /// changed.
+    pub fn replace(&self, listed: Vec<CnStore>) -> (Vec<String>, Option<Reachability>) {
+        let mut listing = self.listing();
+        let before = listing.reachability();
+        listing.failures = 0;
         let fresh: BTreeMap<String, CnStore> = listed.into_iter().map(|store| (store.uuid.clone(), store)).collect();
         let mut changed: Vec<String> =
             listing.stores.keys().filter(|uuid| !fresh.contains_key(*uuid)).cloned().collect();
@@ -93,7 +130,7 @@ impl StoreSnapshot {
         listing.missing_since.retain(|uuid, _| !fresh.contains_key(uuid));
         listing.stores = fresh;
         listing.listed = true;
-        changed
+        (changed, Some(listing.reachability()).filter(|now| *now != before))
     }
 
     /// Records a store as this process just wrote it.
@@ -168,16 +205,32 @@ mod tests {
     #[test]
     fn replace_returns_exactly_the_uuids_whose_entry_changed() {
         let snapshot = StoreSnapshot::default();
-        let first = snapshot.replace(vec![store("a", WorkState::Working), store("b", WorkState::Working)]);
+        let (first, _) = snapshot.replace(vec![store("a", WorkState::Working), store("b", WorkState::Working)]);
         assert_eq!(first, vec!["a".to_owned(), "b".to_owned()], "all new");
-        let second = snapshot.replace(vec![
+        let (second, _) = snapshot.replace(vec![
             store("a", WorkState::Working),
             store("b", WorkState::Draining),
             store("c", WorkState::Working),
         ]);
         assert_eq!(second, vec!["b".to_owned(), "c".to_owned()], "a is unchanged");
-        let third = snapshot.replace(vec![store("b", WorkState::Draining)]);
+        let (third, _) = snapshot.replace(vec![store("b", WorkState::Draining)]);
         assert_eq!(third, vec!["a".to_owned(), "c".to_owned()], "removals count");
-        assert_eq!(snapshot.replace(vec![store("b", WorkState::Draining)]), Vec::<String>::new());
+        assert_eq!(snapshot.replace(vec![store("b", WorkState::Draining)]).0, Vec::<String>::new());
+    }
+
+    #[test]
+    fn hakeeper_is_unreachable_after_failed_listings_in_a_row_and_reachable_at_the_first_answer() {
+        let snapshot = StoreSnapshot::default();
+        assert_eq!(snapshot.reachability(), Reachability::Unknown, "no judgement before a listing");
+        assert_eq!(snapshot.replace(Vec::new()).1, Some(Reachability::Reachable));
+        assert_eq!(snapshot.replace(Vec::new()).1, None, "no change, nothing to say");
+        for _ in 1..UNREACHABLE_AFTER {
+            assert_eq!(snapshot.listing_failed(), None, "a hiccup");
+        }
+        assert_eq!(snapshot.reachability(), Reachability::Reachable);
+        assert_eq!(snapshot.listing_failed(), Some(Reachability::Unreachable));
+        assert_eq!(snapshot.listing_failed(), None, "said once");
+        assert_eq!(snapshot.replace(Vec::new()).1, Some(Reachability::Reachable));
+        assert_eq!(snapshot.listing_failed(), None, "the count starts over");
     }
 }

@@ -1,22 +1,22 @@
-//! The `Ready` condition of pools and claim sets, which says whether their
-//! spec passes the validation the webhook runs (DESIGN §2, "Inputs"). The
-//! controllers do not act on an invalid pool or set, and the webhook may
-//! not be there to refuse one: this condition, and one Warning Event per
-//! new message, are how the user learns why nothing happens and what to
-//! fix.
+//! The `Ready` condition of pools and claim sets, as far as it says whether
+//! their spec passes the validation the webhook runs (DESIGN §2, "Inputs").
+//! The controllers do not act on an invalid pool or set, and the webhook
+//! may not be there to refuse one: `Ready=False` with reason `InvalidSpec`,
+//! and one Warning Event per new message, are how the user learns why
+//! nothing happens and what to fix. A valid spec leaves `Ready` to what
+//! the controller says of the object's health.
 
 use cnpool_api::validation::Invalid;
 use k8s_openapi::api::core::v1::ObjectReference;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
+use crate::conditions::{self, Wanted, status_of};
 use crate::context::Context;
 
 /// The condition type that carries the verdict.
 pub const READY_CONDITION: &str = "Ready";
 /// The reason of `Ready=False`: the spec fails validation.
 pub const INVALID_SPEC: &str = "InvalidSpec";
-/// The reason of `Ready=True`: the spec passes validation and is acted on.
-pub const VALID_SPEC: &str = "ValidSpec";
 
 /// What validation said of a spec, as the `Ready` condition shows it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -37,43 +37,22 @@ impl Verdict {
         }
     }
 
-    fn reason(&self) -> &'static str {
-        if self.valid { VALID_SPEC } else { INVALID_SPEC }
-    }
-
-    /// Sets the `Ready` condition in `conditions`; `true` when that changed
-    /// them. The transition time moves only when the status does.
-    pub fn apply(&self, conditions: &mut Vec<Condition>, generation: Option<i64>, now: jiff::Timestamp) -> bool {
-        let status = if self.valid { "True" } else { "False" };
-        let reason = self.reason();
-        match conditions.iter_mut().find(|condition| condition.type_ == READY_CONDITION) {
-            Some(condition)
-                if condition.status == status && condition.reason == reason && condition.message == self.message =>
-            {
-                false
-            }
-            Some(condition) => {
-                if condition.status != status {
-                    condition.last_transition_time = Time(now);
-                }
-                condition.status = status.to_owned();
-                condition.reason = reason.to_owned();
-                condition.message = self.message.clone();
-                condition.observed_generation = generation;
-                true
-            }
-            None => {
-                conditions.push(Condition {
-                    type_: READY_CONDITION.to_owned(),
-                    status: status.to_owned(),
-                    reason: reason.to_owned(),
-                    message: self.message.clone(),
-                    observed_generation: generation,
-                    last_transition_time: Time(now),
-                });
-                true
-            }
-        }
+    /// Sets the `Ready` condition in `conditions`: `ready` (its status,
+    /// reason and message) when the spec is valid, else `False` with reason
+    /// `InvalidSpec`; `true` when that changed them.
+    pub fn apply(
+        &self,
+        conditions: &mut Vec<Condition>,
+        ready: (bool, &str, &str),
+        generation: Option<i64>,
+        now: jiff::Timestamp,
+    ) -> bool {
+        let (status, reason, message) = match self.valid {
+            true => (status_of(ready.0), ready.1, ready.2),
+            false => ("False", INVALID_SPEC, self.message.as_str()),
+        };
+        let wanted = Wanted { type_: READY_CONDITION, status, reason, message };
+        conditions::set(conditions, wanted, generation, now)
     }
 
     /// Says what changed once the condition was written over `before` (the
@@ -113,7 +92,7 @@ fn summary(invalid: &Invalid) -> String {
 
 /// The `Ready` condition among `conditions`.
 pub fn ready_condition(conditions: &[Condition]) -> Option<&Condition> {
-    conditions.iter().find(|condition| condition.type_ == READY_CONDITION)
+    conditions::find(conditions, READY_CONDITION)
 }
 
 #[cfg(test)]
@@ -136,24 +115,25 @@ mod tests {
     }
 
     #[test]
-    fn the_condition_changes_only_with_the_verdict_and_keeps_its_transition_time_while_false() {
+    fn an_invalid_spec_wins_over_what_the_controller_says_and_a_valid_one_leaves_ready_to_it() {
         let at = |seconds| jiff::Timestamp::from_second(seconds).unwrap();
+        let healthy = (true, "Serving", "all is well");
         let mut conditions = Vec::new();
         let invalid = Verdict::of(Err(Invalid(vec![error("spec.a")])), "x");
-        assert!(invalid.apply(&mut conditions, Some(1), at(10)));
-        assert!(!invalid.apply(&mut conditions, Some(1), at(20)), "the same verdict writes nothing");
-        let other = Verdict::of(Err(Invalid(vec![error("spec.b")])), "x");
-        assert!(other.apply(&mut conditions, Some(2), at(30)));
+        assert!(invalid.apply(&mut conditions, healthy, Some(1), at(10)));
+        assert!(!invalid.apply(&mut conditions, healthy, Some(1), at(20)), "the same verdict writes nothing");
+        let ready = ready_condition(&conditions).unwrap();
+        assert_eq!((ready.status.as_str(), ready.reason.as_str()), ("False", INVALID_SPEC));
+        assert!(ready.message.contains("spec.a"));
+        let valid = Verdict::of(Ok(()), "x");
+        assert!(valid.apply(&mut conditions, (false, "HAKeeperUnreachable", "no answer"), Some(2), at(30)));
+        let ready = ready_condition(&conditions).unwrap();
+        assert_eq!((ready.reason.as_str(), ready.last_transition_time.0), ("HAKeeperUnreachable", at(10)));
+        assert!(valid.apply(&mut conditions, healthy, Some(3), at(40)));
         let ready = ready_condition(&conditions).unwrap();
         assert_eq!(
             (ready.status.as_str(), ready.reason.as_str(), ready.last_transition_time.0),
-            ("False", INVALID_SPEC, at(10))
-        );
-        assert!(Verdict::of(Ok(()), "x").apply(&mut conditions, Some(3), at(40)));
-        let ready = ready_condition(&conditions).unwrap();
-        assert_eq!(
-            (ready.status.as_str(), ready.reason.as_str(), ready.last_transition_time.0),
-            ("True", VALID_SPEC, at(40))
+            ("True", "Serving", at(40))
         );
         assert_eq!(conditions.len(), 1);
     }

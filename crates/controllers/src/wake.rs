@@ -352,3 +352,24 @@ pub fn store_changed<R>(ctx: &Context<R>, uuid: &str, written_for: Option<&Key>)
         }
     }
 }
+
+/// HAKeeper turned reachable or unreachable (`reachability`): every pool
+/// reports it in its conditions, and every claim not yet served says it in
+/// its own when that is why it waits.
+pub fn hakeeper_changed<R>(ctx: &Context<R>, reachability: cnpool_core::waiting::Reachability) {
+    tracing::debug!(?reachability, "waking the pools and the claims not yet served");
+    for (pool, _) in ctx.pools.all() {
+        let (namespace, name) = key_of(pool.as_ref());
+        ctx.wake.pool(&namespace, &name);
+    }
+    let waiting: Vec<Key> = ctx.claims.with(|objects, _| {
+        objects
+            .iter()
+            .filter(|(_, claim)| !matches!(claim.phase(), Some(ClaimPhase::Bound | ClaimPhase::Outdated)))
+            .map(|(key, _)| key.clone())
+            .collect()
+    });
+    for (namespace, name) in waiting {
+        ctx.wake.claim(&namespace, &name);
+    }
+}

@@ -113,7 +113,7 @@ async fn an_invalid_pool_touches_no_pod_says_why_once_per_message_and_scales_aga
     cluster.create_pool(1, Some(3)).await;
     cluster.create_claim("tenant", &[("account", "acme")], &[]).await;
     let (tenant_pod, _) = bound_pod(&cluster, "tenant").await;
-    ready_becomes("the pool", "True", "ValidSpec", || pool_ready(&cluster)).await;
+    ready_becomes("the pool", "True", "Serving", || pool_ready(&cluster)).await;
     let before = eventually("one Bound and one Idle pod", SETTLE, || async {
         let states = pod_states(&cluster).await;
         let phases: Vec<Option<&str>> = states.values().map(|(_, phase, _)| phase.as_deref()).collect();
@@ -148,7 +148,7 @@ async fn an_invalid_pool_touches_no_pod_says_why_once_per_message_and_scales_aga
     assert_eq!(pod_states(&cluster).await, before, "still no pod touched");
 
     patch_pool(&cluster, json!({"spec": {"strategy": {"scaleStrategy": {"maxPods": 4}}}})).await;
-    ready_becomes("the pool", "True", "ValidSpec", || pool_ready(&cluster)).await;
+    ready_becomes("the pool", "True", "Serving", || pool_ready(&cluster)).await;
     let after = eventually("maxIdle 2 Idle pods once fixed", SETTLE, || async {
         let states = pod_states(&cluster).await;
         let idle = states.values().filter(|(_, phase, _)| phase.as_deref() == Some("Idle")).count();
@@ -166,7 +166,7 @@ async fn a_pool_does_not_scale_out_for_a_claim_whose_spec_is_invalid() {
     let cluster = Cluster::new().await;
     cluster.start_operator(0).await;
     cluster.create_pool(0, Some(3)).await;
-    ready_becomes("the pool", "True", "ValidSpec", || pool_ready(&cluster)).await;
+    ready_becomes("the pool", "True", "Serving", || pool_ready(&cluster)).await;
     // An owner key among the pod labels it asks for: it will not bind.
     cluster.create_claim("sneaky", &[], &[(labels::CLAIM_UID, "someone-else")]).await;
     tokio::time::sleep(WINDOW).await;
@@ -232,7 +232,7 @@ async fn an_invalid_claim_set_creates_and_deletes_no_member_until_fixed() {
     cluster.create_pool(1, Some(8)).await;
     create_set(&cluster, "tenant", 2, json!({"app": "tenant"})).await;
     let before = bound_members(&cluster, "tenant", 2).await;
-    ready_becomes("tenant", "True", "ValidSpec", || set_ready(&cluster, "tenant")).await;
+    ready_becomes("tenant", "True", "AllClaimsBound", || set_ready(&cluster, "tenant")).await;
 
     // A member carrying this would pass for the owner of a pod. Scaled to
     // 0 at once: acted on, the set would delete both members.
@@ -253,7 +253,7 @@ async fn an_invalid_claim_set_creates_and_deletes_no_member_until_fixed() {
 
     let fixed = json!({"spec": {"replicas": 3, "template": {"metadata": {"labels": {labels::CLAIM_UID: null}}}}});
     sets(&cluster).patch("tenant", &PatchParams::default(), &Patch::Merge(&fixed)).await.expect("fix set");
-    ready_becomes("tenant", "True", "ValidSpec", || set_ready(&cluster, "tenant")).await;
+    ready_becomes("tenant", "True", "AllClaimsBound", || set_ready(&cluster, "tenant")).await;
     let after = bound_members(&cluster, "tenant", 3).await;
     for (name, member) in &before {
         assert_eq!(after.get(name), Some(member), "{name} kept");

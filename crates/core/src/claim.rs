@@ -83,7 +83,7 @@
 //! | 13a | holds none; `spec.podName` empty; this process acquired a pod for it lately that `owned` does not show | `AwaitAcquired` |
 //! | 13r | the same, without that pod; candidates not read | `ReadCandidates` |
 //! | 13c | the same; some candidate is eligible; the claim is neither read live nor confirmed current | `ConfirmCurrent` |
-//! | 13 | holds none; `spec.podName` empty | `Acquire`: eligible pods, best first |
+//! | 13 | holds none; `spec.podName` empty | `Acquire`: eligible pods, best first; none, and the claim says why it waits ([`crate::waiting::why_no_pod`]) |
 //! | 14c | holds one pod, which its status does not record, while it records another (not its migration source), or which is deleting or failed; cache | `ConfirmRecord`: the cache may lag the claim's own writes |
 //! | 14a | holds one pod not recorded (as row 14), which this process did not acquire for it lately; cache | `ConfirmRecord`: the claim may have held it before the cache fell behind |
 //! | 14 | holds one pod, whose UID and name its status does not record, or `spec.podName` is empty | `Record` |
@@ -356,7 +356,8 @@ pub enum ClaimStep<'a> {
     /// wait.
     AwaitAcquired,
     /// Acquire the first of these that succeeds, a few per reconcile; none
-    /// means the pool has nothing to offer yet (the claim counts as pending).
+    /// means the pool has nothing to offer yet (the claim counts as pending,
+    /// and its condition says why: [`crate::waiting::why_no_pod`]).
     Acquire {
         /// Eligible pods, best first.
         candidates: Vec<&'a PodView>,
@@ -389,7 +390,8 @@ pub enum ClaimStep<'a> {
     /// Lost and standalone: clear `spec.podName` so that the claim binds again.
     Rebind,
     /// Bound and recorded, but the store does not serve with the claim's
-    /// labels yet: do not show Bound; requeue. A claim already shown Bound
+    /// labels yet: do not show Bound ([`crate::waiting::why_store_waits`]
+    /// says why); requeue. A claim already shown Bound
     /// keeps its phase (the CN-store controller rewrites a drift). When the
     /// store is missing, how long until it has been missing for the bound
     /// (look again then at the latest).

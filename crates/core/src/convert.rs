@@ -214,6 +214,7 @@ pub fn pool_view(pool: &CNPool, current_revision: &str) -> Result<PoolView, Conv
         max_idle: u32::try_from(scale.max_idle).unwrap_or(0),
         max_pods: scale.max_pods.map(|max| u32::try_from(max).unwrap_or(0)),
         deleting: pool.metadata.deletion_timestamp.is_some(),
+        pod_labels: pool.pod_labels(),
         name,
     })
 }

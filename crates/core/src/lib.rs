@@ -13,7 +13,8 @@
 //! - [`pool`]: which pods a pool creates, retires and deletes;
 //! - [`claim_set`]: which member claims a claim set creates and deletes;
 //! - [`store`]: a pod's next phase and the HAKeeper writes its phase implies;
-//! - [`binding`]: the annotation a bound pod records its claim's wishes in.
+//! - [`binding`]: the annotation a bound pod records its claim's wishes in;
+//! - [`waiting`]: why a claim waits, in words a person can act on.
 
 #![warn(missing_docs)]
 
@@ -25,6 +26,7 @@ pub mod convert;
 pub mod model;
 pub mod pool;
 pub mod store;
+pub mod waiting;
 
 #[cfg(test)]
 mod testing;

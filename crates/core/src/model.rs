@@ -212,6 +212,10 @@ pub struct PoolView {
     pub min_delay: Duration,
     /// The pool has a deletion timestamp.
     pub deleting: bool,
+    /// The labels every pod of the pool carries ([`cnpool_api::CNPool::pod_labels`]):
+    /// a claim's selector matches the pool's pods exactly when it matches
+    /// these.
+    pub pod_labels: BTreeMap<String, String>,
 }
 
 /// A CNClaimSet as its scale plan needs it.

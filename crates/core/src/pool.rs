@@ -27,6 +27,7 @@ use std::collections::BTreeSet;
 use cnpool_api::PodPhase;
 
 use crate::model::{PodView, PoolView};
+use crate::waiting::Occupancy;
 
 /// Writes issued by this process that its cache has not shown yet.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -116,6 +117,27 @@ pub fn plan_pool<'a>(
         retire.extend(scale_in_order(&supply).into_iter().take(usize::try_from(ready - target).unwrap_or(usize::MAX)));
     }
     PoolPlan { create, retire, delete }
+}
+
+/// How full `pool` is, as its pods `pods` show: what a claim that finds no
+/// Idle pod is told ([`crate::waiting`]), and the pool's `AtMaxPods`
+/// condition.
+pub fn occupancy(pool: &PoolView, pods: &[PodView]) -> Occupancy {
+    let none_expected = Expectations::default();
+    let mut occupancy = Occupancy::default();
+    for pod in pods {
+        match role(pool, pod, &none_expected) {
+            Role::Stale | Role::Doomed => {}
+            _ if pod.deleting => {}
+            role => {
+                occupancy.staying += 1;
+                if role == Role::Supply && pod.phase == Some(PodPhase::Unknown) {
+                    occupancy.starting += 1;
+                }
+            }
+        }
+    }
+    occupancy
 }
 
 /// Idle supply pods in the order scale-in retires them.

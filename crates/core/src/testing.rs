@@ -31,6 +31,7 @@ pub fn pool() -> PoolView {
         drain_timeout: Duration::from_secs(1800),
         min_delay: Duration::from_secs(15),
         deleting: false,
+        pod_labels: labels(&[("tier", "silver"), (cnpool_api::labels::POOL_NAME, POOL)]),
     }
 }
 

@@ -12,11 +12,12 @@ use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 
 use super::Next;
-use super::observe::{Observed, Snapshot, candidate_pods};
+use super::observe::{Observed, Snapshot, candidate_pods, why_no_pod};
 use super::status::{
-    self, BOUND_CONDITION, BackOnSource, MIGRATION_CONDITION, MigrationEnd, NO_IDLE_POD, changed_since_read, replace,
-    replace_claim, write_condition,
+    self, BOUND_CONDITION, BackOnSource, MIGRATION_CONDITION, MigrationEnd, changed_since_read, replace, replace_claim,
+    write_condition,
 };
+use crate::conditions;
 use crate::context::Context;
 use crate::error::Error;
 use crate::key::{Key, Kind};
@@ -106,7 +107,7 @@ async fn perform<R: StoreRegistry>(
         }
         ClaimStep::ReportUnavailable(why) => {
             let message = format!("requested pod {}: {}", view.pod_name.as_deref().unwrap_or_default(), why.message());
-            write_condition(ctx, snap, BOUND_CONDITION, "False", why.as_str(), &message).await?;
+            write_condition(ctx, snap, BOUND_CONDITION, "False", why.as_str(), &message, true).await?;
             Ok(Next::Done(Action::requeue(ctx.backoff.wait(Kind::Claim, key))))
         }
         ClaimStep::Acquire { candidates } => acquire_first(ctx, snap, key, observed, &candidates).await,
@@ -128,7 +129,7 @@ async fn perform<R: StoreRegistry>(
         ClaimStep::WaitForStore(lost_in) => {
             // The store's change wakes the claim at once.
             ctx.wake.expect_claim(&key.0, &key.1);
-            status::show_store_wait(ctx, snap, view).await?;
+            status::show_store_wait(ctx, snap, view, observed.held()).await?;
             Ok(Next::Done(Action::requeue(match lost_in {
                 // A missing store is looked at again when its bound runs out.
                 Some(left) => left + ctx.config.requeue_min,
@@ -241,13 +242,13 @@ async fn acquire_first<R>(
         ctx.pods_taken_lately.note(&pod.uid);
     }
     // A Lost claim keeps the condition that says why it was lost while it
-    // waits for a new pod; a migrating one is still bound.
-    if candidates.is_empty() && view.source_pod.is_some() {
-        let message = "waiting for an Idle pod of the pool to migrate to";
-        write_condition(ctx, snap, MIGRATION_CONDITION, "False", NO_IDLE_POD, message).await?;
-    } else if candidates.is_empty() && view.phase != Some(ClaimPhase::Lost) {
-        let message = "waiting for an Idle pod of the pool";
-        write_condition(ctx, snap, BOUND_CONDITION, "False", NO_IDLE_POD, message).await?;
+    // waits for a new pod; a migrating one is still bound, and says why its
+    // migration waits.
+    if candidates.is_empty() && (view.source_pod.is_some() || view.phase != Some(ClaimPhase::Lost)) {
+        let condition = if view.source_pod.is_some() { MIGRATION_CONDITION } else { BOUND_CONDITION };
+        let shown = snap.claim.status.as_ref().and_then(|status| conditions::find(&status.conditions, condition));
+        let wait = why_no_pod(ctx, view, &snap.namespace(), shown).await?;
+        status::show_pod_wait(ctx, snap, condition, &wait).await?;
     }
     // A pod held back as acquired lately comes back when that note expires,
     // with no event if its acquire was refused without a change: the wait

@@ -5,19 +5,22 @@
 
 use std::sync::Arc;
 
-use cnpool_api::{CNClaim, ClaimPhase, labels};
+use cnpool_api::{CNClaim, CNPool, ClaimPhase, labels};
 use cnpool_core::candidates::eligibility;
 use cnpool_core::claim::{ClaimInput, Holding};
 use cnpool_core::convert::claim_view;
 use cnpool_core::model::{ClaimView, PodView, PoolView, Read, StoreView};
+use cnpool_core::pool::occupancy;
+use cnpool_core::waiting::ClaimWait;
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams};
 
 use crate::cache::IdlePod;
 use crate::context::Context;
 use crate::error::Error;
-use crate::observe::store_missing_noted;
+use crate::observe::{store_missing_noted, template_revision};
 
 /// What one reconcile has read, updated with what its writes returned.
 pub(super) struct Snapshot {
@@ -267,6 +270,45 @@ fn may_roll<R>(ctx: &Context<R>, namespace: &str, held: Option<&PodView>) -> boo
     let Some(pool) = held.and_then(|pod| pod.pool.as_deref()) else { return false };
     let migrating = ctx.claims.in_pool(namespace, pool).iter().any(|claim| claim.spec.source_pod.is_some());
     !migrating && !ctx.rollouts.lately(namespace, pool)
+}
+
+/// Why `claim` found no pod to take ([`cnpool_core::waiting::why_no_pod`]),
+/// from the pools of its namespace and their pods as cached. A claim
+/// created just after its pool may be decided before the pool cache shows
+/// the pool: `NoPoolMatches`, a Warning, is said only once a live list of
+/// the namespace's pools agrees, unless the claim's condition `shown`
+/// says it already (one read per change, not per retry).
+pub(super) async fn why_no_pod<R>(
+    ctx: &Context<R>,
+    claim: &ClaimView,
+    namespace: &str,
+    shown: Option<&Condition>,
+) -> Result<ClaimWait, Error> {
+    let observer = ctx.observer();
+    let occupancy = |pool: &PoolView| {
+        let pods = ctx.pods.in_pool(namespace, &pool.name);
+        // A pod that does not read as a pod of the pool takes no part.
+        let views: Vec<PodView> = pods.iter().filter_map(|pod| observer.read_pod(pod).ok()).collect();
+        occupancy(pool, &views)
+    };
+    let reachability = ctx.stores.reachability();
+    let cached = cnpool_core::waiting::why_no_pod(claim, &ctx.pool_views_in(namespace), occupancy, reachability);
+    let said =
+        |wait: &ClaimWait| shown.is_some_and(|shown| shown.reason == wait.reason() && shown.message == wait.message());
+    if !matches!(cached, ClaimWait::NoPoolMatches { .. }) || said(&cached) {
+        return Ok(cached);
+    }
+    let pools: Api<CNPool> = Api::namespaced(ctx.client.clone(), namespace);
+    let listed = pools
+        .list(&ListParams::default())
+        .await
+        .map_err(|error| Error::kube("list pools for claim", &claim.name, error))?;
+    let live: Vec<PoolView> = listed
+        .items
+        .iter()
+        .filter_map(|pool| ctx.pool_view(pool, &template_revision(&pool.spec.template)).ok())
+        .collect();
+    Ok(cnpool_core::waiting::why_no_pod(claim, &live, occupancy, reachability))
 }
 
 /// How many Idle pods a claim reads from each pool that it may take (after

@@ -6,12 +6,14 @@
 use cnpool_api::{CNClaim, CNClaimStatus, CNLabel, CNStoreStatus, ClaimPhase, MigrateStatus, PodRef, Workload, labels};
 use cnpool_core::claim::{LossReason, MigrationCause};
 use cnpool_core::model::{ClaimView, PodView, StoreView};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use cnpool_core::waiting::{ClaimWait, why_store_waits};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, PostParams};
 use kube::{Resource, ResourceExt};
 
 use super::Next;
 use super::observe::Snapshot;
+use crate::conditions::{self, Wanted};
 use crate::context::Context;
 use crate::error::{Error, is_not_found, is_stale};
 use crate::key::{Kind, key_of};
@@ -23,10 +25,6 @@ pub const MIGRATION_CONDITION: &str = "Migration";
 /// How long a new claim may wait for its pod's store before its status shows
 /// it Pending, waiting for the store.
 const STORE_WAIT_SHOWN_AFTER: jiff::SignedDuration = jiff::SignedDuration::from_secs(5);
-/// The reasons of a claim waiting for something to come, not of a fault:
-/// no Warning Event for them.
-pub const NO_IDLE_POD: &str = "NoIdlePod";
-const WAITING_FOR_STORE: &str = "WaitingForStore";
 
 /// What to do when the claim, or a pod it read, changed since it was read
 /// (a write refused as stale, a pod the caches no longer hold): the watch
@@ -91,37 +89,13 @@ fn set_condition(
     generation: Option<i64>,
     now: jiff::Timestamp,
 ) -> bool {
-    let existing = status.conditions.iter_mut().find(|condition| condition.type_ == type_);
-    match existing {
-        Some(condition) if condition.status == value && condition.reason == reason && condition.message == message => {
-            false
-        }
-        Some(condition) => {
-            if condition.status != value {
-                condition.last_transition_time = Time(now);
-            }
-            condition.status = value.to_owned();
-            condition.reason = reason.to_owned();
-            condition.message = message.to_owned();
-            condition.observed_generation = generation;
-            true
-        }
-        None => {
-            status.conditions.push(Condition {
-                type_: type_.to_owned(),
-                status: value.to_owned(),
-                reason: reason.to_owned(),
-                message: message.to_owned(),
-                observed_generation: generation,
-                last_transition_time: Time(now),
-            });
-            true
-        }
-    }
+    let wanted = Wanted { type_, status: value, reason, message };
+    conditions::set(&mut status.conditions, wanted, generation, now)
 }
 
 /// Sets the condition `type_` (and phase Pending on a new claim) when it
-/// differs; publishes a Warning Event when the reason is new.
+/// differs; publishes a Warning Event then when `warn` (a person must act),
+/// so once per change of reason or message, never per retry.
 pub(super) async fn write_condition<R>(
     ctx: &Context<R>,
     snap: &mut Snapshot,
@@ -129,6 +103,7 @@ pub(super) async fn write_condition<R>(
     value: &str,
     reason: &str,
     message: &str,
+    warn: bool,
 ) -> Result<(), Error> {
     let mut updated = snap.claim.clone();
     let status = updated.status.get_or_insert_with(CNClaimStatus::default);
@@ -142,7 +117,8 @@ pub(super) async fn write_condition<R>(
     }
     if let Some(written) = replace_status(ctx, &updated).await? {
         snap.claim = written;
-        if reason != NO_IDLE_POD && reason != WAITING_FOR_STORE {
+        tracing::info!(claim = %snap.claim.name_any(), condition = type_, reason, "claim condition changed");
+        if warn {
             let action = if type_ == MIGRATION_CONDITION { "Migrate" } else { "Bind" };
             ctx.event(&snap.claim.object_ref(&()), true, reason, action, message.to_owned()).await;
         }
@@ -152,18 +128,34 @@ pub(super) async fn write_condition<R>(
 
 /// A new claim shows no phase while its pod's store comes up (a moment,
 /// usually): its status is written once, Bound. One that has waited
-/// longer says so.
-pub(super) async fn show_store_wait<R>(ctx: &Context<R>, snap: &mut Snapshot, view: &ClaimView) -> Result<(), Error> {
+/// longer, or has said before why it waits (phase Pending), says why it
+/// waits now: for the store of `held`, or for HAKeeper.
+pub(super) async fn show_store_wait<R>(
+    ctx: &Context<R>,
+    snap: &mut Snapshot,
+    view: &ClaimView,
+    held: Option<&PodView>,
+) -> Result<(), Error> {
     let created = snap.claim.metadata.creation_timestamp.as_ref().map(|time| time.0);
     let waited_long = created.is_some_and(|created| ctx.now().duration_since(created) >= STORE_WAIT_SHOWN_AFTER);
-    if view.phase.is_none() && waited_long {
-        let message = format!(
-            "pod {} is the claim's; waiting for its CN store to serve the claim's labels",
-            view.pod_name.as_deref().unwrap_or_default()
-        );
-        write_condition(ctx, snap, BOUND_CONDITION, "False", WAITING_FOR_STORE, &message).await?;
-    }
-    Ok(())
+    let shown = match view.phase {
+        None => waited_long,
+        Some(phase) => phase == ClaimPhase::Pending,
+    };
+    let Some(pod) = held.filter(|_| shown) else { return Ok(()) };
+    let wait = why_store_waits(pod, ctx.stores.reachability());
+    write_condition(ctx, snap, BOUND_CONDITION, "False", wait.reason(), &wait.message(), wait.needs_action()).await
+}
+
+/// Says in the condition `type_` why a claim that takes a pod from its
+/// pool found none ([`cnpool_core::waiting::why_no_pod`]).
+pub(super) async fn show_pod_wait<R>(
+    ctx: &Context<R>,
+    snap: &mut Snapshot,
+    type_: &str,
+    wait: &ClaimWait,
+) -> Result<(), Error> {
+    write_condition(ctx, snap, type_, "False", wait.reason(), &wait.message(), wait.needs_action()).await
 }
 
 fn store_status(
@@ -413,7 +405,7 @@ pub(super) async fn end_migration_on_source<R>(
     tracing::info!(claim = %view.name, source = %source, reason, why, "migration ends on its source");
     ctx.migrations.end(&view.uid, Some(ending.outcome()));
     let message = format!("{why}; the claim stays on pod {source}");
-    write_condition(ctx, snap, MIGRATION_CONDITION, "False", reason, &message).await?;
+    write_condition(ctx, snap, MIGRATION_CONDITION, "False", reason, &message, true).await?;
     Ok(Next::Again)
 }
 
@@ -432,7 +424,7 @@ pub(super) async fn report_invalid<R>(ctx: &Context<R>, snap: &mut Snapshot, vie
         }
         [] => return Ok(()),
     };
-    write_condition(ctx, snap, BOUND_CONDITION, "False", INVALID_SPEC, &message).await
+    write_condition(ctx, snap, BOUND_CONDITION, "False", INVALID_SPEC, &message, true).await
 }
 
 /// How a migration whose source the claim no longer holds ends.

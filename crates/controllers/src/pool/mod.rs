@@ -8,6 +8,7 @@
 //! PodDisruptionBudget is `budget`'s.
 
 mod budget;
+mod health;
 mod pods;
 
 use std::sync::Arc;
@@ -15,7 +16,7 @@ use std::sync::Arc;
 use cnpool_api::validation::validate_pool_spec;
 use cnpool_api::{CNPool, CNPoolStatus, PodPhase, labels};
 use cnpool_core::model::PodView;
-use cnpool_core::pool::{Expectations, plan_pool};
+use cnpool_core::pool::{Expectations, occupancy, plan_pool};
 use cnpool_registry::StoreRegistry;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
@@ -37,7 +38,7 @@ const HELD_BACK: &str = "the pool creates, retires and deletes no pods; its pods
 /// How many claims wait for a pod of `pool`.
 fn pending_claims<R>(ctx: &Context<R>, pool: &CNPool) -> u32 {
     let (namespace, name) = key_of(pool);
-    let pool_labels = pods::pod_labels(pool);
+    let pool_labels = pool.pod_labels();
     let mut pending = 0u32;
     for claim in ctx.claims.in_pool(&namespace, &name).iter().chain(&ctx.claims.in_pool(&namespace, "")) {
         // A migration source is on its way out: a claim that holds only its
@@ -126,7 +127,8 @@ pub async fn reconcile<R: StoreRegistry + 'static>(pool: Arc<CNPool>, ctx: Arc<C
         delete_pod(&ctx, &key, pod).await?;
     }
 
-    if !write_status(&ctx, &pool, &pods, pending, Some(revision), &verdict).await? {
+    let at_max_pods = occupancy(&view, &pods).at_max_pods(&view);
+    if !write_status(&ctx, &pool, &pods, pending, Some(revision), &verdict, Some(at_max_pods)).await? {
         return Ok(Action::requeue(ctx.after_stale_refusal()));
     }
     if busy || !expected.creations.is_empty() || !expected.deletions.is_empty() {
@@ -156,7 +158,8 @@ async fn hold<R>(ctx: &Context<R>, pool: &CNPool, verdict: &Verdict) -> Result<A
     // The revision shown stays the one the pods were made from: the invalid
     // template made none.
     let revision = pool.status.as_ref().and_then(|status| status.current_revision.clone());
-    if !write_status(ctx, pool, &pods, pending_claims(ctx, pool), revision, verdict).await? {
+    // Its pods are not judged against an invalid spec: AtMaxPods stays.
+    if !write_status(ctx, pool, &pods, pending_claims(ctx, pool), revision, verdict, None).await? {
         return Ok(Action::requeue(ctx.after_stale_refusal()));
     }
     ctx.backoff.settled(Kind::Pool, &key);
@@ -221,8 +224,9 @@ async fn remove_finalizer<R>(ctx: &Context<R>, pool: &CNPool) -> Result<Action, 
     }
 }
 
-/// Writes the pool's status, with the `Ready` condition `verdict` says,
-/// when it changed; `false` when the write was refused as stale.
+/// Writes the pool's status when it changed, with its conditions: `Ready`
+/// (`verdict`, then HAKeeper), `HAKeeperReachable`, and `AtMaxPods` when
+/// `at_max_pods` judges it; `false` when the write was refused as stale.
 async fn write_status<R>(
     ctx: &Context<R>,
     pool: &CNPool,
@@ -230,15 +234,16 @@ async fn write_status<R>(
     pending: u32,
     revision: Option<String>,
     verdict: &Verdict,
+    at_max_pods: Option<bool>,
 ) -> Result<bool, Error> {
     let count = |phase: PodPhase| pods.iter().filter(|pod| pod.phase == Some(phase)).count() as i32;
     let current = pool.status.clone().unwrap_or_default();
     let mut conditions = current.conditions.clone();
-    // A deleting pool winds down whatever its spec says: its condition
-    // stays as it was.
+    // A deleting pool winds down whatever its spec says: its conditions
+    // stay as they were.
     let judged = pool.metadata.deletion_timestamp.is_none();
     if judged {
-        verdict.apply(&mut conditions, pool.metadata.generation, ctx.now());
+        health::apply(&mut conditions, pool, verdict, ctx.stores.reachability(), at_max_pods, ctx.now());
     }
     let status = CNPoolStatus {
         replicas: pods.len() as i32,
@@ -255,6 +260,7 @@ async fn write_status<R>(
     if status == current {
         return Ok(true);
     }
+    let shown = status.conditions.clone();
     let mut updated = pool.clone();
     updated.status = Some(status);
     let pools: Api<CNPool> = Api::namespaced(ctx.client.clone(), pool.namespace().as_deref().unwrap_or_default());
@@ -263,6 +269,7 @@ async fn write_status<R>(
             ctx.pool_status_writes.wrote(pool.resource_version().as_deref(), written);
             if judged {
                 verdict.announce(ctx, &pool.object_ref(&()), ready_condition(&current.conditions)).await;
+                health::log_changes(pool, &current.conditions, &shown);
             }
             Ok(true)
         }

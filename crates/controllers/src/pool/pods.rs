@@ -1,13 +1,11 @@
 //! What the pool controller creates for a pool: its headless Service and
 //! its pods, rendered from the template.
 
-use std::collections::BTreeMap;
-
 use cnpool_api::{CNPool, PodPhase, labels};
 use k8s_openapi::api::core::v1::{Pod, Service, ServiceSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::Resource;
 use kube::api::{Api, PostParams};
-use kube::{Resource, ResourceExt};
 
 use crate::context::Context;
 use crate::error::{Error, is_already_exists};
@@ -16,15 +14,6 @@ use crate::key::key_of;
 /// The headless Service of a pool: its name is the pods' subdomain.
 pub fn service_name(pool: &str) -> String {
     pool.to_owned()
-}
-
-/// The labels of the pool's pods: the template's, the pool's `podLabels`,
-/// and the pool's name.
-pub(super) fn pod_labels(pool: &CNPool) -> BTreeMap<String, String> {
-    let mut labels = pool.spec.template.metadata.as_ref().and_then(|meta| meta.labels.clone()).unwrap_or_default();
-    labels.extend(pool.spec.pod_labels.clone());
-    labels.insert(labels::POOL_NAME.to_owned(), pool.name_any());
-    labels
 }
 
 pub(super) async fn ensure_service<R>(ctx: &Context<R>, pool: &CNPool) -> Result<(), Error> {
@@ -67,7 +56,7 @@ pub(super) async fn create_pod<R>(ctx: &Context<R>, pool: &CNPool, revision: &st
     let template = &pool.spec.template;
     let mut meta = template.metadata.clone().unwrap_or_default();
     let subdomain = service_name(&pool_name);
-    let mut pod_labels = pod_labels(pool);
+    let mut pod_labels = pool.pod_labels();
     pod_labels.insert(labels::PHASE.to_owned(), PodPhase::Unknown.as_str().to_owned());
     pod_labels.insert(labels::REVISION.to_owned(), revision.to_owned());
     pod_labels.insert(labels::DIRECT_POD.to_owned(), "true".to_owned());

@@ -1,0 +1,143 @@
+//! The operator's Events (events.k8s.io/v1), whose text always says what
+//! last happened.
+//!
+//! kube-runtime's `Recorder` folds a repeat into the series of the Event
+//! with the same type, reason, action and object, whatever its note, and
+//! keeps the first note: `kubectl describe cnpool` showed `ScaledOut (x3
+//! over 111s) created pods default-0 … default-4` after later scale-outs
+//! had created default-5 … default-9. Here the note is part of what makes
+//! two Events the same: a repeat of one text is counted in that Event's
+//! series, and a new text is an Event of its own.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError};
+
+use jiff::{SignedDuration, Timestamp};
+use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::api::events::v1::{Event, EventSeries};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use serde_json::json;
+
+/// How long a repeat still counts in an Event's series; later, it is an
+/// Event of its own (kube-runtime's recorder keeps the same window).
+const SERIES_WINDOW: SignedDuration = SignedDuration::from_mins(6);
+
+/// What makes two Events the same occurrence repeated.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct Occurrence {
+    warning: bool,
+    reason: String,
+    action: String,
+    /// The object's kind, namespace, name and UID.
+    regarding: (Option<String>, Option<String>, Option<String>, Option<String>),
+    note: String,
+}
+
+/// The Event published for an occurrence, and its series so far.
+struct Published {
+    namespace: String,
+    name: String,
+    count: i32,
+    last: Timestamp,
+}
+
+/// Publishes Events as `controller` (instance `instance`).
+pub struct Recorder {
+    client: kube::Client,
+    controller: String,
+    instance: String,
+    published: Mutex<HashMap<Occurrence, Published>>,
+    /// Makes names unique within one instant (a virtual clock stands still
+    /// within a step).
+    sequence: AtomicU64,
+}
+
+impl Recorder {
+    pub fn new(client: kube::Client, controller: &str, instance: &str) -> Self {
+        Self {
+            client,
+            controller: controller.to_owned(),
+            instance: instance.to_owned(),
+            published: Mutex::default(),
+            sequence: AtomicU64::new(0),
+        }
+    }
+
+    /// Publishes an Event about `regarding` at `now`: a repeat of the same
+    /// note within the series window counts in its Event's series.
+    pub async fn publish(
+        &self,
+        regarding: &ObjectReference,
+        warning: bool,
+        reason: &str,
+        action: &str,
+        note: String,
+        now: Timestamp,
+    ) -> Result<(), kube::Error> {
+        let occurrence = Occurrence {
+            warning,
+            reason: reason.to_owned(),
+            action: action.to_owned(),
+            regarding: (
+                regarding.kind.clone(),
+                regarding.namespace.clone(),
+                regarding.name.clone(),
+                regarding.uid.clone(),
+            ),
+            note,
+        };
+        let repeat = {
+            let mut published = self.published.lock().unwrap_or_else(PoisonError::into_inner);
+            published.retain(|_, event| now.duration_since(event.last) < SERIES_WINDOW);
+            published.get(&occurrence).map(|event| (event.namespace.clone(), event.name.clone(), event.count + 1))
+        };
+        if let Some((namespace, name, count)) = repeat {
+            let series = json!({"series": EventSeries { count, last_observed_time: MicroTime(now) }});
+            let events: Api<Event> = Api::namespaced(self.client.clone(), &namespace);
+            match events.patch(&name, &PatchParams::default(), &Patch::Merge(&series)).await {
+                Ok(_) => {
+                    self.remember(occurrence, Published { namespace, name, count, last: now });
+                    return Ok(());
+                }
+                // Gone (expired, or deleted by someone): a new Event.
+                Err(kube::Error::Api(status)) if status.code == 404 => {}
+                Err(error) => return Err(error),
+            }
+        }
+        let event = self.event(regarding, &occurrence, now);
+        let namespace = event.metadata.namespace.clone().unwrap_or_default();
+        let name = event.metadata.name.clone().unwrap_or_default();
+        let events: Api<Event> = Api::namespaced(self.client.clone(), &namespace);
+        events.create(&PostParams::default(), &event).await?;
+        self.remember(occurrence, Published { namespace, name, count: 1, last: now });
+        Ok(())
+    }
+
+    fn remember(&self, occurrence: Occurrence, event: Published) {
+        self.published.lock().unwrap_or_else(PoisonError::into_inner).insert(occurrence, event);
+    }
+
+    fn event(&self, regarding: &ObjectReference, occurrence: &Occurrence, now: Timestamp) -> Event {
+        let sequence = self.sequence.fetch_add(1, Ordering::Relaxed);
+        let object = regarding.name.as_deref().unwrap_or(&self.controller);
+        Event {
+            metadata: ObjectMeta {
+                name: Some(format!("{object}.{:x}.{sequence:x}", now.as_nanosecond())),
+                // A cluster-scoped object's Events go to `default`, as kubectl looks for them.
+                namespace: Some(regarding.namespace.clone().unwrap_or_else(|| "default".to_owned())),
+                ..ObjectMeta::default()
+            },
+            event_time: Some(MicroTime(now)),
+            type_: Some(if occurrence.warning { "Warning" } else { "Normal" }.to_owned()),
+            reason: Some(occurrence.reason.clone()),
+            action: Some(occurrence.action.clone()),
+            note: Some(occurrence.note.clone()),
+            regarding: Some(regarding.clone()),
+            reporting_controller: Some(self.controller.clone()),
+            reporting_instance: Some(self.instance.clone()),
+            ..Event::default()
+        }
+    }
+}
