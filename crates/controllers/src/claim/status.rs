@@ -238,7 +238,7 @@ pub(super) async fn mark_lost<R>(
     let generation = snap.claim.metadata.generation;
     set_condition(status, BOUND_CONDITION, "False", reason.as_str(), reason.message(), generation, ctx.now());
     if let Some(written) = replace_status(ctx, &updated).await? {
-        tracing::info!(claim = %view.name, from = ?from, to = "Lost", reason = reason.as_str(), "claim lost its pod");
+        tracing::info!(claim = %view.name, from = from.map(ClaimPhase::as_str), to = "Lost", reason = reason.as_str(), "claim lost its pod");
         ctx.metrics.claim_lost(reason.as_str());
         snap.claim = written;
         ctx.event(&snap.claim.object_ref(&()), true, reason.as_str(), "Lose", reason.message().to_owned()).await;
@@ -278,7 +278,7 @@ pub(super) async fn mark_bound<R>(
     let message = format!("bound to pod {pod_name}, whose CN store serves the claim's labels");
     set_condition(status, BOUND_CONDITION, "True", "Bound", &message, snap.claim.metadata.generation, now);
     let Some(written) = replace_status(ctx, &updated).await? else { return Ok(false) };
-    tracing::info!(claim = %view.name, pod = %pod_name, from = ?from, to = "Bound", "claim bound");
+    tracing::info!(claim = %view.name, pod = %pod_name, from = from.map(ClaimPhase::as_str), to = "Bound", "claim bound");
     if first_bind && let Some(created) = &snap.claim.metadata.creation_timestamp {
         let waited = now.duration_since(created.0);
         ctx.metrics.claim_bound_after(waited.as_secs_f64().max(0.0));
@@ -298,7 +298,7 @@ pub(super) async fn mark_outdated<R>(ctx: &Context<R>, snap: &mut Snapshot, view
         return Ok(changed_since_read(ctx, &snap.claim));
     };
     snap.claim = written;
-    tracing::info!(claim = %view.name, from = ?from, to = "Outdated", "claim's pod runs an old template");
+    tracing::info!(claim = %view.name, from = from.map(ClaimPhase::as_str), to = "Outdated", "claim's pod runs an old template");
     Ok(Next::Again)
 }
 
