@@ -29,6 +29,10 @@ use tokio::time::Instant;
 
 use crate::ledger::Ledger;
 
+/// The simulated operators' stall timeout: a third of it, 290 s, is each
+/// watch's `timeoutSeconds` (see [`run_replica`]'s wiring).
+const SIM_STALL_TIMEOUT: Duration = Duration::from_secs(870);
+
 /// How long `action` asks to wait before the next reconcile; `None` for
 /// "until a change". kube-runtime keeps the delay private, and `Action`'s
 /// `Debug` is the only way to read it: `Action { requeue_after: Some(1.5s) }`.
@@ -184,8 +188,14 @@ pub async fn run_replica(
     shutdown: Shared<BoxFuture<'static, ()>>,
 ) {
     let replica = config.instance.clone();
+    // Watches renewed every 290 s, kube's default and the cadence the seeds
+    // were drawn under: a shorter renewal (the operator's default stall
+    // timeout gives 60 s) makes a seed's trace vary between runs, because
+    // the embedded server's watch timeout races the events it delivers
+    // (noted; the simulator needs that race made deterministic first).
+    let telemetry = cnpool_controllers::Telemetry::default().with_stall_timeout(SIM_STALL_TIMEOUT);
     let Wiring { ctx, informers, pods, claims, pools, claim_sets, triggers, .. } =
-        cnpool_controllers::wire(client, registry, config, &cnpool_controllers::Telemetry::default(), shutdown.clone());
+        cnpool_controllers::wire(client, registry, config, &telemetry, shutdown.clone());
     let claim_controller = Controller {
         replica: replica.clone(),
         kind: "CNClaim",
