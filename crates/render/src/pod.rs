@@ -291,6 +291,7 @@ pub fn render(
         ..Volume::default()
     });
     spec.volumes = Some(volumes);
+    canonical_pod_quantities(&mut spec);
 
     let mut pod_labels = names.instance_labels();
     pod_labels.extend(overlay.pod_labels.clone().unwrap_or_default());
@@ -325,7 +326,7 @@ pub fn render(
         access_modes: Some(vec!["ReadWriteOnce".into()]),
         storage_class_name: volume.storage_class_name.clone(),
         resources: Some(VolumeResourceRequirements {
-            requests: volume.size.clone().map(|size| BTreeMap::from([("storage".to_owned(), size)])),
+            requests: volume.size.as_ref().map(|size| BTreeMap::from([("storage".to_owned(), canonical(size))])),
             ..Default::default()
         }),
         ..PersistentVolumeClaimSpec::default()
@@ -352,6 +353,28 @@ pub fn render(
         },
         data_claim,
     })
+}
+
+/// `quantity` as Go prints it (`8192Mi` → `8Gi`): Go renders the pod
+/// through typed quantities, so two templates naming one CNSet render the
+/// same pod whichever spelling they used. Text Go could not parse is kept,
+/// for the API server to refuse with its own message.
+fn canonical(quantity: &K8sQuantity) -> K8sQuantity {
+    Quantity::parse(&quantity.0).map_or_else(|_| quantity.clone(), |parsed| K8sQuantity(parsed.to_string()))
+}
+
+/// Every quantity a rendered pod spec carries, in Go's canonical form.
+fn canonical_pod_quantities(spec: &mut PodSpec) {
+    let containers = spec.containers.iter_mut().chain(spec.init_containers.iter_mut().flatten());
+    for resources in containers.filter_map(|container| container.resources.as_mut()) {
+        for quantities in [resources.limits.as_mut(), resources.requests.as_mut()].into_iter().flatten() {
+            quantities.values_mut().for_each(|quantity| *quantity = canonical(quantity));
+        }
+    }
+    let empty_dirs = spec.volumes.iter_mut().flatten().filter_map(|volume| volume.empty_dir.as_mut());
+    for size in empty_dirs.filter_map(|empty_dir| empty_dir.size_limit.as_mut()) {
+        *size = canonical(size);
+    }
 }
 
 fn field_env(name: &str, path: &str) -> EnvVar {
@@ -608,6 +631,29 @@ mod tests {
         );
         let Ok(output) = std::process::Command::new("/bin/sh").arg("-c").arg(&program).output() else { return };
         assert_eq!(String::from_utf8_lossy(&output.stdout).trim(), "36333564-3630-6436-6133-323163326361");
+    }
+
+    #[test]
+    fn quantities_are_rendered_as_go_prints_them() {
+        let rendered = render_json(serde_json::json!({
+            "image": "mo:1.2.0",
+            "resources": {"requests": {"memory": "8192Mi", "cpu": "1000m"}, "limits": {"memory": "0.5Gi"}},
+            "memoryFsSize": "1024Mi",
+            "cacheVolume": {"size": "100000M"},
+            "overlay": {"initContainers": [{"name": "init", "resources": {"requests": {"memory": "2048Ki"}}}]},
+        }));
+        let main = main(&rendered);
+        let resources = main.resources.as_ref().unwrap();
+        let requests = resources.requests.as_ref().unwrap();
+        assert_eq!((requests["memory"].0.as_str(), requests["cpu"].0.as_str()), ("8Gi", "1"));
+        assert_eq!(resources.limits.as_ref().unwrap()["memory"].0, "512Mi");
+        let spec = rendered.pod.spec.as_ref().unwrap();
+        let memory_fs = spec.volumes.iter().flatten().find(|volume| volume.name == MEMORY_FS_VOLUME).unwrap();
+        assert_eq!(memory_fs.empty_dir.as_ref().unwrap().size_limit.as_ref().unwrap().0, "1Gi");
+        let init = &spec.init_containers.as_ref().unwrap()[0];
+        assert_eq!(init.resources.as_ref().unwrap().requests.as_ref().unwrap()["memory"].0, "2Mi");
+        let claim = rendered.data_claim.as_ref().unwrap().resources.as_ref().unwrap();
+        assert_eq!(claim.requests.as_ref().unwrap()["storage"].0, "100G");
     }
 
     #[test]
