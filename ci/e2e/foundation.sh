@@ -70,8 +70,12 @@ spec:
     spec:
       containers: [{name: cn, image: matrixorigin/matrixone:2.1.0}]
 YAML
-check "kubectl get cnpool shows the MaxIdle column" \
-  expect_match 'default +[0-9]* +[0-9]* +[0-9]* +2 ' "$(k get cnpool default --no-headers)"
+check "kubectl get cnpool shows the Idle, Bound, Pending, Max and Ready columns" \
+  expect_match '^NAME +IDLE +BOUND +PENDING +MAX +READY +AGE' "$(k get cnpool default | head -1)"
+check "the Max column shows maxPods (no operator runs: the status columns are empty)" \
+  expect_match '^default +10 ' "$(k get cnpool default --no-headers)"
+check "-o wide adds Draining and Revision" \
+  expect_match '^NAME +IDLE +BOUND +PENDING +MAX +READY +AGE +DRAINING +REVISION' "$(k get cnpool default -o wide | head -1)"
 refused=$(k patch cnpool default --type=merge -p '{"spec":{"strategy":{"drainStrategy":{"timeout":"ten minutes"}}}}' 2>&1)
 check "an ill-formed duration is refused by the schema, naming the field" \
   expect_match 'Invalid value.*spec.strategy.drainStrategy.timeout' "$refused"

@@ -54,6 +54,12 @@ pub struct OperatorArgs {
     /// its claim counts the pod as lost.
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = go_duration)]
     store_missing_bound: Duration,
+    /// How long an unowned pod's store may be missing from HAKeeper (from
+    /// its CN container's start) before its pool makes another pod for the
+    /// claims that wait, rather than have them wait out --store-missing-bound.
+    /// Set it above the time your CNs take to register.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = go_duration)]
+    store_registration_grace: Duration,
     /// How long a deleted pod waits for HAKeeper to remove its store
     /// before it is let go anyway.
     #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = go_duration)]
@@ -148,6 +154,7 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
     let config = cnpool_controllers::Config {
         workers: args.workers,
         store_missing_bound: args.store_missing_bound,
+        store_registration_grace: args.store_registration_grace,
         store_removal_timeout: args.store_removal_timeout,
         migration_propagation_delay: args.migration_propagation_delay,
         resync: args.resync,

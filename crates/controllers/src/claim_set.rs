@@ -214,9 +214,9 @@ fn member_claim(set: &CNClaimSet, new: &NewMember) -> CNClaim {
 async fn create_member<R>(ctx: &Context<R>, set: &CNClaimSet, key: &Key, new: &NewMember) -> Result<bool, Error> {
     let claims: Api<CNClaim> = Api::namespaced(ctx.client.clone(), &key.0);
     match claims.create(&PostParams::default(), &member_claim(set, new)).await {
-        Ok(_) => {
+        Ok(created) => {
             tracing::info!(claim_set = %key.1, claim = %new.name, instance_id = new.instance_id, "created member claim");
-            ctx.expected_members.creation(key, &new.name);
+            ctx.expected_members.creation(key, &new.name, created.metadata.uid.as_deref().unwrap_or_default());
             Ok(true)
         }
         Err(error) if is_already_exists(&error) => {

@@ -122,6 +122,7 @@ impl<R> Context<R> {
             stores: &self.stores,
             now: self.now(),
             store_missing_bound: self.config.store_missing_bound,
+            store_registration_grace: self.config.store_registration_grace,
         }
     }
 

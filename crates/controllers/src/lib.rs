@@ -162,6 +162,11 @@ pub struct Config {
     /// How long a running pod's store may be missing from HAKeeper before
     /// its claim counts the pod as lost.
     pub store_missing_bound: Duration,
+    /// How long an unowned pod's store may be missing before its pool stops
+    /// counting the pod as coming supply for waiting claims and makes
+    /// another (the pod itself stays until the store-missing bound). Set it
+    /// above the time a CN takes from its container's start to registering.
+    pub store_registration_grace: Duration,
     /// How long the `cn-draining` finalizer waits for HAKeeper to remove a
     /// deleted pod's store before letting the pod go anyway.
     pub store_removal_timeout: Duration,
@@ -205,6 +210,7 @@ impl Default for Config {
             resync: Duration::from_secs(300),
             registry_poll: Duration::from_secs(2),
             store_missing_bound: Duration::from_secs(30),
+            store_registration_grace: Duration::from_secs(10),
             store_removal_timeout: Duration::from_secs(60),
             drain_poll: Duration::from_secs(2),
             drain_poll_max: Duration::from_secs(20),

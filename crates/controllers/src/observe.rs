@@ -11,6 +11,7 @@ use std::time::Duration;
 use cnpool_api::{PodPhase, labels};
 use cnpool_core::convert::pod_view;
 use cnpool_core::model::PodView;
+use cnpool_core::waiting::Reachability;
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
 use serde_json::Value;
@@ -29,6 +30,9 @@ pub struct Observer<'a> {
     /// How long an unowned pod's store may be missing before the pod counts
     /// as failed (`Config::store_missing_bound`).
     pub store_missing_bound: Duration,
+    /// How long such a store may be missing before no waiting claim counts
+    /// on the pod (`Config::store_registration_grace`).
+    pub store_registration_grace: Duration,
 }
 
 impl Observer<'_> {
@@ -38,16 +42,34 @@ impl Observer<'_> {
     /// than the store-missing bound (an Idle pod, or one still Unknown since
     /// its CN started): it cannot serve a tenant, so no claim is offered it
     /// (a claim taking it would wait that bound again and be Lost) and its
-    /// pool replaces it.
+    /// pool replaces it. Missing for the registration grace already, while
+    /// HAKeeper answers, the pod's store is overdue: its pool makes another
+    /// pod for the claims that wait rather than have them wait out the bound.
     pub fn read_pod(&self, pod: &Pod) -> Result<PodView, Error> {
         let mut view = own_view(pod)?;
         view.cordoned |= self.on_cordoned_node(&view);
-        let store_gone = self.unowned_store_missing_since(pod, &view).is_some_and(|since| {
-            SignedDuration::try_from(self.store_missing_bound)
-                .is_ok_and(|bound| self.now.duration_since(since) >= bound)
-        });
-        view.failed |= store_gone && !view.deleting;
+        let missing_for = self.unowned_store_missing_since(pod, &view).map(|since| self.now.duration_since(since));
+        let missing_at_least = |bound: Duration| {
+            missing_for.is_some_and(|missing| SignedDuration::try_from(bound).is_ok_and(|bound| missing >= bound))
+        };
+        view.failed |= missing_at_least(self.store_missing_bound) && !view.deleting;
+        view.store_overdue =
+            missing_at_least(self.store_registration_grace) && self.stores.reachability() == Reachability::Reachable;
         Ok(view)
+    }
+
+    /// When the next judgement of an unowned pod's missing store falls due
+    /// (its grace or its bound running out), if one is pending: the time
+    /// its pool must look again, as no event will wake it then.
+    pub fn next_store_deadline(&self, pod: &Pod, view: &PodView) -> Option<Duration> {
+        let since = self.unowned_store_missing_since(pod, view)?;
+        let missing = self.now.duration_since(since);
+        [self.store_registration_grace, self.store_missing_bound]
+            .into_iter()
+            .filter_map(|bound| SignedDuration::try_from(bound).ok())
+            .filter(|bound| *bound > missing)
+            .map(|bound| Duration::try_from(bound - missing).unwrap_or_default())
+            .min()
     }
 
     /// Whether `view` runs on a node that is cordoned.
@@ -194,6 +216,7 @@ mod tests {
             stores: &stores,
             now: at(seconds),
             store_missing_bound: Duration::from_secs(30),
+            store_registration_grace: Duration::from_secs(10),
         };
         let pod = idle_pod("node-a");
         let view = observer(0).read_pod(&pod).unwrap();
@@ -206,5 +229,31 @@ mod tests {
         assert_eq!(observer(110).unowned_store_missing_since(&pod, &view), Some(at(100)));
         assert!(!observer(129).read_pod(&pod).unwrap().failed);
         assert!(observer(130).read_pod(&pod).unwrap().failed, "missing for the bound");
+    }
+
+    #[test]
+    fn a_store_missing_for_the_grace_is_overdue_while_hakeeper_answers_and_the_pool_is_told_when_to_look() {
+        let (nodes, stores) = (CordonedNodes::default(), StoreSnapshot::default());
+        let observer = |seconds| Observer {
+            nodes: &nodes,
+            stores: &stores,
+            now: at(seconds),
+            store_missing_bound: Duration::from_secs(30),
+            store_registration_grace: Duration::from_secs(10),
+        };
+        let pod = idle_pod("node-a");
+        stores.replace(Vec::new());
+        let view = observer(100).read_pod(&pod).unwrap();
+        assert!(!view.store_overdue, "just noticed missing");
+        assert_eq!(observer(100).next_store_deadline(&pod, &view), Some(Duration::from_secs(10)));
+        assert_eq!(observer(104).next_store_deadline(&pod, &view), Some(Duration::from_secs(6)));
+        let view = observer(110).read_pod(&pod).unwrap();
+        assert!(view.store_overdue && !view.failed, "overdue, not yet failed");
+        assert_eq!(observer(110).next_store_deadline(&pod, &view), Some(Duration::from_secs(20)), "next: the bound");
+        assert_eq!(observer(130).next_store_deadline(&pod, &view), None, "nothing left to judge");
+        for _ in 0..crate::stores::UNREACHABLE_AFTER {
+            stores.listing_failed();
+        }
+        assert!(!observer(115).read_pod(&pod).unwrap().store_overdue, "HAKeeper does not answer: nothing to learn");
     }
 }

@@ -85,6 +85,9 @@ pub fn pod_changed<R>(ctx: &Context<R>, change: Change<'_, Pod>) {
     let (old, new) = change;
     let Some(any) = new.or(old) else { return };
     let (namespace, name) = key_of(any.as_ref());
+    if let (Some(pool), Some(uid)) = (label(any, labels::POOL_NAME), any.metadata.uid.as_deref()) {
+        ctx.expected.shown(&(namespace.clone(), pool.to_owned()), &name, uid);
+    }
     if changed(change, store_facts) {
         ctx.wake.pod(&namespace, &name);
     }
@@ -204,6 +207,10 @@ fn wake_outdated_claims<R>(ctx: &Context<R>, namespace: &str, pool: &str) {
 pub fn claim_changed<R>(ctx: &Context<R>, (old, new): Change<'_, CNClaim>) {
     let Some(any) = new.or(old) else { return };
     let (namespace, name) = key_of(any.as_ref());
+    let set = any.labels().get(labels::CLAIM_SET).filter(|set| !set.is_empty());
+    if let (Some(set), Some(uid)) = (set, any.metadata.uid.as_deref()) {
+        ctx.expected_members.shown(&(namespace.clone(), set.clone()), &name, uid);
+    }
     let facts = |claim: &Arc<CNClaim>| {
         (
             claim.metadata.generation,

@@ -82,6 +82,7 @@ pub fn pod_view(pod: &Pod, node_cordoned: bool) -> Result<PodView, ConvertError>
         outdated: labels.contains_key(labels::OUTDATED),
         deleting: meta.deletion_timestamp.is_some(),
         failed: matches!(pod_phase, Some("Failed" | "Succeeded")),
+        store_overdue: false,
         node: pod.spec.as_ref().and_then(|spec| spec.node_name.clone()),
         last_owner: label(labels::LAST_OWNER),
         delete_on_reclaim: annotation(labels::DELETE_ON_RECLAIM).is_some(),

@@ -34,6 +34,11 @@ pub struct PodView {
     /// The pod cannot serve: phase Failed or Succeeded, or its CN container
     /// crashes, as the controller judges.
     pub failed: bool,
+    /// An unowned pod whose store HAKeeper has lacked for the registration
+    /// grace (`Config::store_registration_grace`): it may still register,
+    /// so it keeps its place until the store-missing bound fails it, but no
+    /// waiting claim is left counting on it.
+    pub store_overdue: bool,
     /// Creation time, to the second the API server records.
     pub created: Timestamp,
     /// All labels, for selector matching.

@@ -60,12 +60,19 @@ impl PoolPlan<'_> {
 /// What the pool plan makes of one pod.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Role {
-    /// Ready or starting, current: counts toward the idle target.
+    /// Ready or starting, current, its store not overdue: counts toward the
+    /// idle target.
     Supply,
     /// Idle or starting, but of no use: retire.
     Stale,
     /// Terminating and not yet deleting: delete.
     Doomed,
+    /// Current and Idle or starting, but HAKeeper has lacked its store for
+    /// the registration grace: it may yet register, so it is kept and stands
+    /// in for the idle reserve (the first to go when that shrinks), but no
+    /// waiting claim counts on it;
+    /// the pool makes another for them while there is room.
+    Overdue,
     /// In use, on its way out, or expected gone: only occupies room.
     Occupant,
 }
@@ -79,7 +86,11 @@ fn role(pool: &PoolView, pod: &PodView, expected: &Expectations) -> Role {
         Some(PodPhase::Idle | PodPhase::Unknown)
             if pod.is_current(pool) && !pod.failed && !pod.cordoned && !pool.deleting =>
         {
-            Role::Supply
+            if pod.store_overdue {
+                Role::Overdue
+            } else {
+                Role::Supply
+            }
         }
         Some(PodPhase::Idle | PodPhase::Unknown) => Role::Stale,
         Some(PodPhase::Terminating) => Role::Doomed,
@@ -102,9 +113,14 @@ pub fn plan_pool<'a>(
     let awaited: BTreeSet<&str> =
         expected.creations.iter().map(String::as_str).filter(|name| !existing.contains(name)).collect();
     let supply: Vec<&PodView> = with_role(Role::Supply).collect();
+    let overdue: Vec<&PodView> = with_role(Role::Overdue).collect();
 
     let occupied = pods.len() as u64 + awaited.len() as u64;
-    let ready = supply.len() as u64 + awaited.len() as u64;
+    // Overdue pods fill what the good ones leave of the idle reserve, never
+    // a waiting claim's place, and never push a good pod out by scale-in.
+    let good = supply.len() as u64 + awaited.len() as u64;
+    let standing_in = (overdue.len() as u64).min(u64::from(pool.max_idle).saturating_sub(good));
+    let ready = good + standing_in;
     let room = pool.max_pods.map_or(u64::MAX, |max| u64::from(max).saturating_sub(occupied - ready));
     let wanted = if pool.deleting { 0 } else { u64::from(pending_claims) + u64::from(pool.max_idle) };
     let target = wanted.min(room);
@@ -114,7 +130,10 @@ pub fn plan_pool<'a>(
         let taken = existing.union(&awaited).copied().collect();
         create = free_names(pool, &taken, target - ready);
     } else {
-        retire.extend(scale_in_order(&supply).into_iter().take(usize::try_from(ready - target).unwrap_or(usize::MAX)));
+        // Scale-in takes the pods standing in first.
+        let standing_in = overdue.iter().copied().take(usize::try_from(standing_in).unwrap_or(usize::MAX));
+        let surplus = standing_in.chain(scale_in_order(&supply));
+        retire.extend(surplus.take(usize::try_from(ready - target).unwrap_or(usize::MAX)));
     }
     PoolPlan { create, retire, delete }
 }

@@ -57,6 +57,7 @@ pub fn idle_pod(name: &str, created: i64) -> PodView {
         outdated: false,
         deleting: false,
         failed: false,
+        store_overdue: false,
         created: at(created),
         labels: labels(&[("tier", "silver")]),
         node: Some("node-1".into()),
@@ -165,7 +166,7 @@ fn any_pod(index: usize) -> impl Strategy<Value = PodView> {
         prop_oneof![3 => Just(None), 1 => Just(Some(CLAIM_NAME.to_string())), 1 => Just(Some("b".to_string()))];
     let tier = proptest::sample::select(vec!["gold", "silver"]);
     let last_owner = maybe(&["tenant".to_string(), "someone".to_string()]);
-    let flags = proptest::collection::vec(proptest::bool::weighted(0.1), 6);
+    let flags = proptest::collection::vec(proptest::bool::weighted(0.1), 7);
     let placement = (mostly(REVISION, &["old"]), mostly(POOL, &["other"]));
     (any_pod_phase(), claim_uid, claimed_by, placement, tier, last_owner, flags, 0..4i64, 0..3i32).prop_map(
         move |(phase, claim_uid, claimed_by, (revision, pool), tier, last_owner, flags, created, cost)| {
@@ -183,6 +184,7 @@ fn any_pod(index: usize) -> impl Strategy<Value = PodView> {
                 failed: flags[2],
                 delete_on_reclaim: flags[3],
                 cordoned: flags[4],
+                store_overdue: flags[6],
                 last_owner,
                 labels: labels(&[("tier", tier)]),
                 deletion_cost: cost,

@@ -138,13 +138,17 @@ pub async fn reconcile<R: StoreRegistry + 'static>(pool: Arc<CNPool>, ctx: Arc<C
         return Ok(Action::requeue(ctx.config.requeue_max));
     }
     ctx.backoff.settled(Kind::Pool, &key);
-    // An unowned pod whose store is missing is retired once that has lasted
-    // the store-missing bound; nothing else would wake the pool then.
-    let store_missing = raw_pods
+    // An unowned pod whose store is missing is replaced once that has lasted
+    // the registration grace, retired once it has lasted the store-missing
+    // bound; nothing else would wake the pool then.
+    let observer = ctx.observer();
+    let store_deadline = raw_pods
         .iter()
         .zip(&pods)
-        .any(|(raw, view)| !view.failed && ctx.observer().unowned_store_missing_since(raw, view).is_some());
-    Ok(Action::requeue(if store_missing { ctx.config.store_missing_bound } else { ctx.config.resync }))
+        .filter(|(_, view)| !view.failed)
+        .filter_map(|(raw, view)| observer.next_store_deadline(raw, view))
+        .min();
+    Ok(Action::requeue(store_deadline.map_or(ctx.config.resync, |due| due.min(ctx.config.resync))))
 }
 
 /// Keeps an invalid pool's status (its pods counted, `Ready=False` saying

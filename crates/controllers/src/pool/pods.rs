@@ -80,9 +80,9 @@ pub(super) async fn create_pod<R>(ctx: &Context<R>, pool: &CNPool, revision: &st
     };
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);
     match pods.create(&PostParams::default(), &pod).await {
-        Ok(_) => {
+        Ok(created) => {
             tracing::info!(pool = %pool_name, pod = %name, revision, "created pod");
-            ctx.expected.creation(&(namespace, pool_name), name);
+            ctx.expected.creation(&(namespace, pool_name), name, created.metadata.uid.as_deref().unwrap_or_default());
             Ok(true)
         }
         Err(error) if is_already_exists(&error) => {

@@ -64,6 +64,28 @@ fn starting_pods_and_expected_creations_count_as_supply() {
 }
 
 #[test]
+fn a_pod_whose_store_is_overdue_is_kept_but_not_counted_for_a_waiting_claim() {
+    let overdue = PodView { store_overdue: true, ..pod("pool-0", PodPhase::Unknown) };
+    let plan = plan_pool(&pool_of(0, Some(5)), std::slice::from_ref(&overdue), 1, &Expectations::default());
+    assert_eq!(plan.create, ["pool-1"], "the claim gets a pod of its own");
+    assert!(plan.retire.is_empty(), "the slow pod may yet register");
+    let plan = plan_pool(&pool_of(0, Some(1)), std::slice::from_ref(&overdue), 1, &Expectations::default());
+    assert!(plan.create.is_empty() && plan.retire.is_empty(), "it still holds its place under maxPods");
+}
+
+#[test]
+fn a_pod_whose_store_is_overdue_stands_in_for_the_idle_reserve_only() {
+    let overdue = PodView { store_overdue: true, ..pod("pool-0", PodPhase::Idle) };
+    let plan = plan_pool(&pool_of(1, Some(5)), std::slice::from_ref(&overdue), 0, &Expectations::default());
+    assert!(plan.is_empty(), "no claim waits: the reserve may wait for it");
+    let plan = plan_pool(&pool_of(1, Some(5)), std::slice::from_ref(&overdue), 1, &Expectations::default());
+    assert_eq!(plan.create, ["pool-1"]);
+    let pods = [pod("pool-1", PodPhase::Idle), overdue];
+    let plan = plan_pool(&pool_of(1, Some(5)), &pods, 0, &Expectations::default());
+    assert!(plan.is_empty(), "a serving pod is never retired in favour of an overdue one: {plan:?}");
+}
+
+#[test]
 fn an_expected_creation_already_seen_is_not_counted_twice() {
     let pods = [pod("pool-0", PodPhase::Idle)];
     let expected = Expectations { creations: ["pool-0".to_string()].into(), ..Default::default() };
@@ -165,7 +187,7 @@ const NAMES: [&str; 8] = ["pool-0", "pool-1", "pool-2", "pool-3", "pool-5", "poo
 
 fn any_pool_pod(name: &'static str) -> impl Strategy<Value = PodView> {
     let phase = proptest::option::of(proptest::sample::select(PodPhase::ALL.to_vec()));
-    let flags = proptest::collection::vec(proptest::bool::weighted(0.15), 5);
+    let flags = proptest::collection::vec(proptest::bool::weighted(0.15), 6);
     (phase, flags, 0..3i32, 0..5i64).prop_map(move |(phase, flags, cost, created)| {
         let in_use = matches!(phase, Some(PodPhase::Bound));
         PodView {
@@ -175,6 +197,7 @@ fn any_pool_pod(name: &'static str) -> impl Strategy<Value = PodView> {
             deleting: flags[2],
             failed: flags[3],
             outdated: flags[4],
+            store_overdue: flags[5],
             deletion_cost: cost,
             ..idle_pod(name, created)
         }
@@ -209,7 +232,7 @@ fn any_world() -> impl Strategy<Value = (PoolView, Vec<PodView>, u32, Expectatio
 }
 
 /// The world after the plan and every expectation have taken effect, and
-/// every starting pod has registered.
+/// every starting pod but those whose store is overdue has registered.
 fn apply(pool: &PoolView, pods: &[PodView], plan: &PoolPlan<'_>, expected: &Expectations) -> Vec<PodView> {
     let gone = |pod: &PodView| {
         expected.deletions.contains(&pod.uid)
@@ -220,7 +243,7 @@ fn apply(pool: &PoolView, pods: &[PodView], plan: &PoolPlan<'_>, expected: &Expe
     let new = expected.creations.iter().chain(&plan.create).filter(|name| !existing.contains(*name));
     world.extend(new.map(|name| PodView { revision: Some(pool.current_revision.clone()), ..idle_pod(name, 10) }));
     for pod in &mut world {
-        if pod.phase == Some(PodPhase::Unknown) && !pod.failed {
+        if pod.phase == Some(PodPhase::Unknown) && !pod.failed && !pod.store_overdue {
             pod.phase = Some(PodPhase::Idle);
         }
     }
@@ -275,13 +298,18 @@ proptest! {
         }
         let plan = plan_pool(&pool, &world, pending, &none);
         prop_assert!(plan.is_empty(), "still planning {plan:?} for {world:?}");
-        let ready = |pod: &&PodView| {
-            pod.phase == Some(PodPhase::Idle) && !pod.has_owner() && !pod.deleting && !pod.failed && !pod.outdated
-                && pod.revision.as_ref() == Some(&pool.current_revision)
+        let usable = |pod: &&PodView| {
+            matches!(pod.phase, Some(PodPhase::Idle | PodPhase::Unknown)) && !pod.has_owner() && !pod.deleting
+                && !pod.failed && !pod.outdated && pod.revision.as_ref() == Some(&pool.current_revision)
         };
-        let idle = world.iter().filter(ready).count() as u32;
-        let others = world.len() as u32 - idle;
+        let idle = world.iter().filter(usable).filter(|pod| !pod.store_overdue).count() as u32;
+        let overdue = world.iter().filter(usable).filter(|pod| pod.store_overdue).count() as u32;
+        // Overdue pods may only fill the idle reserve: every waiting claim
+        // gets a pod that serves, as far as maxPods allows.
+        let standing_in = overdue.min(pool.max_idle.saturating_sub(idle));
+        let others = world.len() as u32 - idle - standing_in;
         let room = pool.max_pods.map_or(u32::MAX, |max| max.saturating_sub(others));
-        prop_assert_eq!(idle, (pending + pool.max_idle).min(room));
+        prop_assert_eq!(idle + standing_in, (pending + pool.max_idle).min(room));
+        prop_assert!(idle >= pending.min(room), "{idle} serving Idle pods for {pending} waiting claims");
     }
 }
