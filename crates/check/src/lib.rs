@@ -49,11 +49,11 @@ pub enum Error {
 /// A deliberately broken variant of the protocol: one of
 /// `cnpool_controllers::sabotage`'s, which break the controllers for the
 /// simulator. Each step of the model runs with the variant switched on
-/// ([`Variant::sabotage`]), so where the model calls the production code
-/// that breaks (the guarded write's patch, the claim's reading and its
-/// validation) the production code breaks itself; the model breaks itself
-/// only where it follows the controllers instead of calling them (the
-/// live read that confirms a loss; the CN-store controller's plan).
+/// ([`Variant::sabotage`]), so the production code breaks itself: the
+/// guarded write's patch, and the hooks the claim controller calls on what
+/// it read and decided, which the model calls at the same places. Only
+/// `store-from-claim` is the model's own copy: its hook takes the
+/// controllers' context, which the model does not have.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Variant {
     /// Acquire's patch loses its `test` operations.

@@ -530,11 +530,7 @@ fn claim_step(
         stores_listed: snap.stores_listed,
         adopt_legacy_before: Some(cutover()),
     };
-    let mut step = next_claim_step(&input);
-    if model.variant == Some(Variant::LostWithoutLiveRead) && matches!(step, ClaimStep::ConfirmLost(_)) {
-        // Takes the cache for the live read that should confirm the loss.
-        step = next_claim_step(&ClaimInput { read: Read::Live, stores_listed: true, ..input });
-    }
+    let step = sabotage::loss_from_cache(next_claim_step(&input), &input);
     let name = if tracing() { step_name(&step) } else { String::new() };
     let plan = plan_of(&step);
     let wrote = !matches!(

@@ -14,8 +14,9 @@
 
 use std::cell::Cell;
 
+use cnpool_core::claim::{ClaimInput, ClaimStep, next_claim_step};
 use cnpool_core::convert::claim_view;
-use cnpool_core::model::{ClaimView, PodView, StoreView};
+use cnpool_core::model::{ClaimView, PodView, Read, StoreView};
 use cnpool_core::store::{DesiredStore, StorePlan, store_writes};
 use cnpool_registry::{StoreLabels, WorkState};
 
@@ -70,8 +71,8 @@ pub(crate) fn active(variant: Variant) -> bool {
 /// [`Variant::AdoptKeepsExtras`]: of the pods carrying the claim's UID, the
 /// decision sees only the one adopt would keep, so the others are never
 /// released (the migration source is left as it is). Public, as
-/// [`ignore_validation`], for the model checker, whose reads call both
-/// where the claim controller's do.
+/// [`ignore_validation`] and [`loss_from_cache`], for the model checker,
+/// which calls them where the claim controller does.
 pub fn hide_extra_pods(claim: &ClaimView, owned: Vec<PodView>) -> Vec<PodView> {
     if !active(Variant::AdoptKeepsExtras) {
         return owned;
@@ -84,6 +85,18 @@ pub fn hide_extra_pods(claim: &ClaimView, owned: Vec<PodView>) -> Vec<PodView> {
     holding.sort_by_key(|pod| (pod.name.as_str(), pod.uid.as_str()));
     let keep = cnpool_core::claim::pod_to_keep(claim, &holding).uid.clone();
     owned.into_iter().filter(|pod| !held(pod) || pod.uid == keep).collect()
+}
+
+/// [`Variant::LostWithoutLiveRead`]: a loss the decision would confirm by
+/// a live read is decided again as if the cache were that read. Public, as
+/// [`hide_extra_pods`].
+pub fn loss_from_cache<'a>(step: ClaimStep<'a>, input: &ClaimInput<'a, '_>) -> ClaimStep<'a> {
+    match step {
+        ClaimStep::ConfirmLost(_) if active(Variant::LostWithoutLiveRead) => {
+            next_claim_step(&ClaimInput { read: Read::Live, stores_listed: true, ..*input })
+        }
+        step => step,
+    }
 }
 
 /// [`Variant::OwnerLabelsFromSpec`]: the claim is read as if its spec were
