@@ -16,7 +16,8 @@ use crate::{Error, Variant};
 pub struct Report {
     pub config: String,
     pub variant: Option<String>,
-    /// States generated (with repeats) and distinct states.
+    /// States generated (with repeats) and distinct states, in the
+    /// exploration (not in the runs that shorten a variant's path).
     pub states: usize,
     pub unique_states: usize,
     pub max_depth: usize,
@@ -72,7 +73,6 @@ type Path = Vec<(State, Option<crate::model::Action>)>;
 pub fn check(config: Config, variant: Option<Variant>, options: &Options) -> Result<Report, Error> {
     let started = Instant::now();
     let checker = explore(&config, variant, options, None, started);
-    let seconds = started.elapsed().as_secs_f64();
     let exhaustive = checker.discoveries().is_empty() || variant.is_none();
     let exhaustive = exhaustive && options.timeout.is_none_or(|timeout| started.elapsed() < timeout);
     let model = checker.model();
@@ -85,6 +85,7 @@ pub fn check(config: Config, variant: Option<Variant>, options: &Options) -> Res
         shorten(&config, variant, options, started, &mut paths);
     }
     let violations = paths.into_iter().map(|(property, path)| explain(model, property, path)).collect();
+    let seconds = started.elapsed().as_secs_f64();
     Ok(Report {
         config: config.name.to_owned(),
         variant: variant.map(|variant| variant.name().to_owned()),
