@@ -143,8 +143,8 @@ fn explore(
 /// Makes each path the shortest to its property. stateright's breadth-first
 /// checker records, per property, the last violating state of a block of
 /// states (1,500 per thread), not the first, so the path it reports can be
-/// much longer than the shortest (a variant caught in 1 action reported in
-/// 13). Runs bounded in depth say whether a violation lies within a bound;
+/// much longer than the shortest (`unguarded-acquire` on `race`: 9 actions
+/// reported, 2 the shortest). Runs bounded in depth say whether a violation lies within a bound;
 /// the least bound that holds one is found by bisection, and its path is
 /// the shortest (with one thread; with more, the breadth-first order is
 /// nearly exact, and so is the length). Shortest in the reduced space is
