@@ -21,5 +21,6 @@ race unguarded-acquire
 pair lost-without-live-read
 pair adopt-keeps-extras
 prebound store-from-claim
+forged-labels owner-labels-from-spec
 VARIANTS
 exit "$failed"

@@ -2,6 +2,8 @@
 //! faults and requests the world may inject. The budgets are what keep each
 //! state space finite.
 
+use std::collections::BTreeMap;
+
 use cnpool_api::{ClaimPhase, PodPhase, labels};
 
 use crate::Error;
@@ -9,8 +11,19 @@ use crate::model::Budget;
 use crate::objects::{ClaimObj, PodObj, StoreRec};
 
 /// Every configuration's name.
-pub const NAMES: [&str; 9] =
-    ["two-replicas", "migration", "cutover", "small", "race", "pair", "prebound", "lost-migration", "twins"];
+pub const NAMES: [&str; 11] = [
+    "two-replicas",
+    "migration",
+    "cutover",
+    "small",
+    "forged-labels",
+    "race",
+    "pair",
+    "prebound",
+    "lost-migration",
+    "twins",
+    "forged-twins",
+];
 
 /// A cluster to explore.
 #[derive(Clone, Debug)]
@@ -42,6 +55,8 @@ impl Config {
             "prebound" => Ok(prebound()),
             "lost-migration" => Ok(lost_migration()),
             "twins" => Ok(twins()),
+            "forged-labels" => Ok(forged_labels()),
+            "forged-twins" => Ok(forged_twins()),
             _ => Err(Error::UnknownConfig(name.to_owned())),
         }
     }
@@ -146,4 +161,41 @@ fn lost_migration() -> Config {
 /// renamed somewhere in its space.
 fn twins() -> Config {
     pool_of("twins", 1, 2, 2, Budget { crashes: 1, claim_deletions: 1, ..Budget::default() })
+}
+
+/// `additionalPodLabels` that name `owner` (a claim of the configuration,
+/// first generation) in the owner keys: its UID as `claim-uid`, its name as
+/// `claimed-by`. Applied, they make a pod look like `owner`'s.
+fn forged_owner(owner: &ClaimObj) -> BTreeMap<String, String> {
+    [(labels::CLAIM_UID, owner.uid.as_str()), (labels::CLAIMED_BY, owner.name.as_str())]
+        .into_iter()
+        .map(|(key, value)| (key.to_owned(), value.to_owned()))
+        .collect()
+}
+
+/// One replica, two pods; claim `c1`'s spec asks, in
+/// `additionalPodLabels`, for `c0`'s UID and name in the owner keys (I8).
+/// Validation refuses `c1`; `c0` binds. A claim may be deleted and created
+/// again from its manifest (`c1` forging again, or `c0` under a new UID
+/// that `c1`'s labels no longer name), and the replica may crash. (With
+/// two replicas and no crash the space is 60 times larger, too slow for
+/// the tests' debug build; the forged labels' fate does not depend on the
+/// caches: validation refuses the claim whatever they show.)
+fn forged_labels() -> Config {
+    let mut config = pool_of("forged-labels", 1, 2, 2, Budget { crashes: 1, claim_deletions: 1, ..Budget::default() });
+    config.claims[1].additional_pod_labels = forged_owner(&config.claims[0]);
+    config
+}
+
+/// For the test of the claims' symmetry with labels that name claims: as
+/// `twins`, but each claim's `additionalPodLabels` name the other in the
+/// owner keys, so that the two stay interchangeable and the swap must
+/// rename the labels (in the specs, and on the pods a broken variant lets
+/// them reach).
+fn forged_twins() -> Config {
+    let mut config = pool_of("forged-twins", 1, 2, 2, Budget { crashes: 1, claim_deletions: 1, ..Budget::default() });
+    let (first, second) = (config.claims[0].clone(), config.claims[1].clone());
+    config.claims[0].additional_pod_labels = forged_owner(&second);
+    config.claims[1].additional_pod_labels = forged_owner(&first);
+    config
 }

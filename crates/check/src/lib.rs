@@ -46,10 +46,14 @@ pub enum Error {
     UnknownVariant(String),
 }
 
-/// A deliberately broken variant of the protocol, as
-/// `cnpool_controllers::sabotage` breaks the controllers for the simulator.
-/// The sabotage switch is thread-local and compiled only into the
-/// simulator's tests, so the model breaks the same step itself.
+/// A deliberately broken variant of the protocol: one of
+/// `cnpool_controllers::sabotage`'s, which break the controllers for the
+/// simulator. Each step of the model runs with the variant switched on
+/// ([`Variant::sabotage`]), so the production code breaks itself: the
+/// guarded write's patch, and the hooks the claim controller calls on what
+/// it read and decided, which the model calls at the same places. Only
+/// `store-from-claim` is the model's own copy: its hook takes the
+/// controllers' context, which the model does not have.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Variant {
     /// Acquire's patch loses its `test` operations.
@@ -61,16 +65,29 @@ pub enum Variant {
     /// The CN-store controller writes a pod's store from the claim that
     /// points at the pod, not from the pod.
     StoreFromClaim,
+    /// An invalid claim is acted on, and its `additionalPodLabels` reach
+    /// the pod's owner and phase keys.
+    OwnerLabelsFromSpec,
 }
 
 impl Variant {
     /// Every variant's command-line name.
-    pub const NAMES: [&'static str; 4] =
-        ["unguarded-acquire", "lost-without-live-read", "adopt-keeps-extras", "store-from-claim"];
+    pub const NAMES: [&'static str; 5] = [
+        "unguarded-acquire",
+        "lost-without-live-read",
+        "adopt-keeps-extras",
+        "store-from-claim",
+        "owner-labels-from-spec",
+    ];
 
     /// Every variant, in the order of [`Self::NAMES`].
-    pub const ALL: [Variant; 4] =
-        [Self::UnguardedAcquire, Self::LostWithoutLiveRead, Self::AdoptKeepsExtras, Self::StoreFromClaim];
+    pub const ALL: [Variant; 5] = [
+        Self::UnguardedAcquire,
+        Self::LostWithoutLiveRead,
+        Self::AdoptKeepsExtras,
+        Self::StoreFromClaim,
+        Self::OwnerLabelsFromSpec,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -78,10 +95,23 @@ impl Variant {
             Self::LostWithoutLiveRead => Self::NAMES[1],
             Self::AdoptKeepsExtras => Self::NAMES[2],
             Self::StoreFromClaim => Self::NAMES[3],
+            Self::OwnerLabelsFromSpec => Self::NAMES[4],
         }
     }
 
     pub fn parse(name: &str) -> Result<Self, Error> {
         Self::ALL.into_iter().find(|variant| variant.name() == name).ok_or_else(|| Error::UnknownVariant(name.into()))
+    }
+
+    /// The controllers' variant this one is.
+    pub fn sabotage(self) -> cnpool_controllers::sabotage::Variant {
+        use cnpool_controllers::sabotage::Variant as Sabotage;
+        match self {
+            Self::UnguardedAcquire => Sabotage::UnguardedAcquire,
+            Self::LostWithoutLiveRead => Sabotage::LostWithoutLiveRead,
+            Self::AdoptKeepsExtras => Sabotage::AdoptKeepsExtras,
+            Self::StoreFromClaim => Sabotage::StoreFromClaim,
+            Self::OwnerLabelsFromSpec => Sabotage::OwnerLabelsFromSpec,
+        }
     }
 }

@@ -7,6 +7,7 @@ use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex};
 
 use cnpool_api::ClaimPhase;
+use cnpool_controllers::sabotage;
 use stateright::{Model, Property};
 
 use crate::Variant;
@@ -33,7 +34,9 @@ pub struct State {
     /// How many times each claim name was created (its UID's suffix).
     pub generations: Arc<BTreeMap<String, u8>>,
     /// A violation seen on a committed write (the invariants that speak of
-    /// a write, not of a state), or an error of the model itself.
+    /// a write, not of a state), or an error of the model itself: the
+    /// property it violates ([`WRITES`] or [`OWNER_KEYS`]) and what
+    /// happened.
     pub broken: Option<(&'static str, String)>,
 }
 
@@ -166,6 +169,12 @@ pub struct Symmetry {
     pub replicas: Vec<usize>,
     pub claims_swapped: bool,
 }
+
+/// The property of the write-time invariants: I8's owner moves, I2's
+/// truthful loss (and the model's own errors).
+pub const WRITES: &str = "writes keep I2 and I8";
+/// The property that no pod's owner keys came from a claim's spec (I8).
+pub const OWNER_KEYS: &str = "I8 owner keys never from a spec";
 
 /// Rounds of the fair run before it counts as not settling.
 const FAIR_ROUNDS: usize = 40;
@@ -342,13 +351,19 @@ impl CheckModel {
     }
 
     /// The state after `action`, and what happened, for a trace.
+    /// The variant, if any, is switched on in the controllers for the
+    /// step, on whatever thread takes it.
     pub fn step(&self, state: &State, action: &Action) -> (State, String) {
         let mut next = state.clone();
-        match reconcile::apply(self, &mut next, action) {
+        let applied = match self.variant {
+            Some(variant) => sabotage::with(variant.sabotage(), || reconcile::apply(self, &mut next, action)),
+            None => reconcile::apply(self, &mut next, action),
+        };
+        match applied {
             Ok(note) => (next, note),
             Err(error) => {
                 let mut broken = state.clone();
-                broken.broken = Some(("model error", error.to_string()));
+                broken.broken = Some((WRITES, format!("model error: {error}")));
                 (broken, format!("model error: {error}"))
             }
         }
@@ -373,6 +388,11 @@ impl CheckModel {
                 let (next, note) = self.step(&current, &action);
                 if next == current {
                     continue;
+                }
+                if next.broken.is_some() {
+                    // A write's violation: reachable, so the write's property
+                    // reports it with its own path; this one says nothing.
+                    return Ok(());
                 }
                 if reconcile::tracing() {
                     lines.push(format!("{} {note}", actor(&action)));
@@ -561,7 +581,10 @@ fn settled_problem(state: &State) -> Option<String> {
                 && state.stores.contains_key(&pod.name)
         })
         .count();
-    let live: Vec<&Arc<ClaimObj>> = state.claims.values().filter(|claim| !claim.deleting).collect();
+    // A claim whose spec fails validation is refused, not bound (DESIGN §2,
+    // "Inputs"): it neither waits for a pod nor needs one.
+    let valid = |claim: &Arc<ClaimObj>| claim.view().is_ok_and(|view| view.invalid.is_none());
+    let live: Vec<&Arc<ClaimObj>> = state.claims.values().filter(|claim| !claim.deleting && valid(claim)).collect();
     // A pre-bound request waits for the pod it names, whatever else is free:
     // it is a request, not a loss (DESIGN §2, "Bind").
     let requests = |claim: &&&Arc<ClaimObj>| {
@@ -607,7 +630,10 @@ impl Model for CheckModel {
     fn properties(&self) -> Vec<Property<Self>> {
         vec![
             Property::always("I1 exclusive", |_, state| exclusive(state).is_none()),
-            Property::always("writes keep I2 and I8", |_, state: &State| state.broken.is_none()),
+            Property::always(WRITES, |_, state: &State| state.broken.as_ref().is_none_or(|(of, _)| *of != WRITES)),
+            Property::always(OWNER_KEYS, |_, state: &State| {
+                state.broken.as_ref().is_none_or(|(of, _)| *of != OWNER_KEYS)
+            }),
             Property::always("I2 I3 I7 recover and claims bind", |model: &CheckModel, state: &State| {
                 state.broken.is_some() || model.recovers(state).is_ok()
             }),

@@ -252,11 +252,16 @@ impl ClaimSwap {
         }
     }
 
-    /// A claim renamed: its name and UID (what it points at are pods).
+    /// A claim renamed: its name and UID, and the values of its additional
+    /// pod labels, as [`Self::pod`] renames the pods' label values (they may
+    /// name a claim, and reach a pod). What it points at are pods.
     pub fn claim(&self, claim: &ClaimObj) -> ClaimObj {
+        let additional_pod_labels =
+            claim.additional_pod_labels.iter().map(|(key, value)| (key.clone(), self.text(value))).collect();
         ClaimObj {
             name: self.text(&claim.name),
             uid: self.text(&claim.uid),
+            additional_pod_labels,
             view: Memo::default(),
             hash: Memo::default(),
             twin: Memo::default(),
@@ -440,6 +445,9 @@ pub struct ClaimObj {
     pub pod_name: Option<String>,
     /// `spec.sourcePod.podName`.
     pub source_pod: Option<String>,
+    /// `spec.additionalPodLabels`: a reserved key there (an owner key
+    /// naming another claim) fails validation, and the claim is refused.
+    pub additional_pod_labels: BTreeMap<String, String>,
     /// `status.phase`.
     pub phase: Option<ClaimPhase>,
     /// The `recorded-pod` annotation: name and UID.
@@ -475,6 +483,7 @@ impl std::hash::Hash for ClaimObj {
             finalizer,
             pod_name,
             source_pod,
+            additional_pod_labels,
             phase,
             recorded,
             status_pod,
@@ -485,7 +494,7 @@ impl std::hash::Hash for ClaimObj {
             twin: _,
         } = self;
         let content = (name, uid, deleting, finalizer, pod_name, source_pod, phase, recorded, status_pod, lost);
-        state.write_u64(*hash.get_or_init(|| content_hash(&(content, created_late))));
+        state.write_u64(*hash.get_or_init(|| content_hash(&(content, additional_pod_labels, created_late))));
     }
 }
 
@@ -498,6 +507,7 @@ impl ClaimObj {
             finalizer: false,
             pod_name: None,
             source_pod: None,
+            additional_pod_labels: BTreeMap::new(),
             phase: None,
             recorded: None,
             status_pod: None,
@@ -506,6 +516,16 @@ impl ClaimObj {
             view: Memo::default(),
             hash: Memo::default(),
             twin: Memo::default(),
+        }
+    }
+
+    /// The claim created again from the same manifest: its spec, a new UID
+    /// (generation `generation`), no status.
+    pub fn recreated(&self, generation: u8) -> Self {
+        Self {
+            pod_name: self.pod_name.clone(),
+            additional_pod_labels: self.additional_pod_labels.clone(),
+            ..Self::new(&self.name, generation)
         }
     }
 
@@ -524,6 +544,7 @@ impl ClaimObj {
             pod_name: self.pod_name.clone().unwrap_or_default(),
             source_pod: self.source_pod.as_ref().map(|pod| PodRef { pod_name: pod.clone(), node_name: String::new() }),
             cn_labels: vec![CNLabel { key: "account".to_owned(), values: vec![self.name.clone()] }],
+            additional_pod_labels: self.additional_pod_labels.clone(),
             pool_name: POOL.to_owned(),
             ..CNClaimSpec::default()
         };

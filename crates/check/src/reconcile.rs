@@ -5,6 +5,7 @@
 
 use cnpool_api::labels;
 use cnpool_controllers::ownership::{Transition, operations};
+use cnpool_controllers::sabotage;
 use cnpool_core::candidates::eligibility;
 use cnpool_core::claim::{AfterRelease, ClaimInput, ClaimStep, Holding, LossReason, next_claim_step};
 use cnpool_core::model::{ObservedStore, PodView, Read, StoreView};
@@ -14,7 +15,7 @@ use cnpool_registry::{StoreLabels, WorkState, Workload};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use crate::model::{Action, CheckModel, Memory, Replica, Snap, State};
+use crate::model::{Action, CheckModel, Memory, OWNER_KEYS, Replica, Snap, State, WRITES};
 use crate::objects::{ClaimObj, Memo, PodObj, cutover, now, pool, store_uuid};
 use crate::{Error, Variant};
 
@@ -119,7 +120,9 @@ pub(crate) fn apply(model: &CheckModel, state: &mut State, action: &Action) -> R
         Action::RecreateClaim(name) => {
             let generation = Arc::make_mut(&mut state.generations).entry(name.clone()).or_insert(0);
             *generation += 1;
-            let claim = ClaimObj::new(name, *generation);
+            // From the manifest the configuration created it with.
+            let manifest = model.config.claims.iter().find(|claim| claim.name == *name);
+            let claim = manifest.map_or_else(|| ClaimObj::new(name, *generation), |claim| claim.recreated(*generation));
             let note = note!("create claim {}", claim_line(&claim));
             state.claims.insert(model.claims.intern(claim));
             Ok(note)
@@ -180,33 +183,62 @@ fn pod_write(
     read: &PodObj,
     transition: Transition<'_>,
 ) -> Result<(Outcome, String), Error> {
-    let Some(mut ops) = operations(&read.to_pod(), transition, now()) else {
+    let Some(ops) = operations(&read.to_pod(), transition, now()) else {
         return Ok((Outcome::NotApplicable, note!("{} on pod {}: not applicable", transition.name(), read.name)));
     };
-    if matches!(transition, Transition::Acquire(_)) && model.variant == Some(Variant::UnguardedAcquire) {
-        ops.retain(|op| op["op"] != "test");
-    }
     let Some(current) = state.pods.get(&read.name) else {
         return Ok((Outcome::Stale, note!("{} on pod {}: 404", transition.name(), read.name)));
     };
     let Some(written) = current.patched(&ops)? else {
         return Ok((Outcome::Stale, note!("{} on pod {}: 422, a test failed", transition.name(), read.name)));
     };
+    if let Some(detail) = keys_not_the_transitions(transition, &written)
+        && state.broken.is_none()
+    {
+        state.broken = Some((OWNER_KEYS, detail));
+    }
     // I8: an owner changes only by release (to none) or by an acquire or
     // adoption of an unowned pod, never from one claim to another.
     if let (Some(before), Some(after)) = (current.claim_uid(), written.claim_uid())
         && before != after
         && state.broken.is_none()
     {
-        state.broken = Some((
-            "I8 owner changes",
-            format!("pod {} went from claim-uid {before} to {after} in one write", read.name),
-        ));
+        state.broken =
+            Some((WRITES, format!("pod {} went from claim-uid {before} to {after} in one write", read.name)));
     }
     let note = note!("{} -> pod {}", transition.name(), pod_line(&written));
     let written = model.pods.intern(written);
     state.pods.insert(written.clone());
     Ok((Outcome::Applied(written), note))
+}
+
+/// I8 on a claim's write to a pod (acquire, adopt-legacy, rewrite): the
+/// owner and phase keys it leaves are the transition's own — Bound, that
+/// claim's UID and name, its owner and claim set — and none came from the
+/// claim's spec (`additionalPodLabels`). What is wrong, if anything.
+fn keys_not_the_transitions(transition: Transition<'_>, written: &PodObj) -> Option<String> {
+    let (Transition::Acquire(claim) | Transition::AdoptLegacy(claim) | Transition::Rewrite(claim)) = transition else {
+        return None;
+    };
+    let owner_keys = [
+        (labels::PHASE, Some(cnpool_api::PodPhase::Bound.as_str())),
+        (labels::CLAIM_UID, Some(claim.uid.as_str())),
+        (labels::CLAIMED_BY, Some(claim.name.as_str())),
+        (labels::OWNER, claim.owner_name.as_deref()),
+        (labels::CLAIM_SET, claim.claim_set.as_deref()),
+    ];
+    let (key, own) = owner_keys.into_iter().find(|(key, own)| written.label(key) != *own)?;
+    let from_spec = claim.additional_pod_labels.get(key).map_or(String::new(), |value| {
+        format!(", and {}'s spec asks for {key}={value} in additionalPodLabels", claim.name)
+    });
+    Some(format!(
+        "pod {}: claim {}'s {} left {key}={} where the transition writes {}{from_spec}",
+        written.name,
+        claim.name,
+        transition.name(),
+        written.label(key).unwrap_or("(none)"),
+        own.unwrap_or("(none)"),
+    ))
 }
 
 /// A claim write at the version read: refused (409) unless the server's
@@ -410,12 +442,13 @@ fn step_name(step: &ClaimStep<'_>) -> String {
     }
 }
 
-fn read_views(model: &CheckModel, state: &State, replica: usize, snap: &Snap) -> Result<Views, Error> {
-    let claim = snap.claim.view()?;
-    let mut owned: Vec<PodView> = snap.owned.iter().map(|pod| pod.view()).collect::<Result<_, _>>()?;
-    if model.variant == Some(Variant::AdoptKeepsExtras) {
-        owned = hide_extra_pods(&claim, owned);
-    }
+/// The views a decision reads, as the claim controller's `Observed::read`
+/// reads them: the production readers, then its broken variants' hooks
+/// (which change nothing unless the model's variant is theirs).
+fn read_views(state: &State, replica: usize, snap: &Snap) -> Result<Views, Error> {
+    let claim = sabotage::ignore_validation(snap.claim.view()?);
+    let owned: Vec<PodView> = snap.owned.iter().map(|pod| pod.view()).collect::<Result<_, _>>()?;
+    let owned = sabotage::hide_extra_pods(&claim, owned);
     let pointed = snap.pointed.as_ref().map(|pod| pod.view()).transpose()?;
     let source = snap.source.as_ref().map(|pod| pod.view()).transpose()?;
     let candidates = match &snap.candidates {
@@ -448,19 +481,6 @@ fn read_views(model: &CheckModel, state: &State, replica: usize, snap: &Snap) ->
     })
 }
 
-/// [`Variant::AdoptKeepsExtras`], as `sabotage::hide_extra_pods`: of the
-/// pods the claim holds, the decision sees only the one adopt would keep.
-fn hide_extra_pods(claim: &cnpool_core::model::ClaimView, owned: Vec<PodView>) -> Vec<PodView> {
-    let held = |pod: &PodView| pod.is_owned_by(&claim.uid) && !claim.is_source(&pod.name);
-    let mut holding: Vec<&PodView> = owned.iter().filter(|pod| held(pod)).collect();
-    if holding.len() < 2 {
-        return owned;
-    }
-    holding.sort_by_key(|pod| (pod.name.as_str(), pod.uid.as_str()));
-    let keep = cnpool_core::claim::pod_to_keep(claim, &holding).uid.clone();
-    owned.into_iter().filter(|pod| !held(pod) || pod.uid == keep).collect()
-}
-
 /// The store of the serving pod as the decision sees it: HAKeeper's entry,
 /// or missing since long ago when HAKeeper lacks it (every bound has
 /// passed).
@@ -488,7 +508,7 @@ fn claim_step(
         Some(name) => find_pod(state, replica, &snap, name),
         None => None,
     };
-    let views = read_views(model, state, replica, &snap)?;
+    let views = read_views(state, replica, &snap)?;
     let candidate_refs: Option<Vec<&PodView>> = views.candidates.as_ref().map(|pods| pods.iter().collect());
     let pools = [pool()];
     let input = ClaimInput {
@@ -510,11 +530,7 @@ fn claim_step(
         stores_listed: snap.stores_listed,
         adopt_legacy_before: Some(cutover()),
     };
-    let mut step = next_claim_step(&input);
-    if model.variant == Some(Variant::LostWithoutLiveRead) && matches!(step, ClaimStep::ConfirmLost(_)) {
-        // Takes the cache for the live read that should confirm the loss.
-        step = next_claim_step(&ClaimInput { read: Read::Live, stores_listed: true, ..input });
-    }
+    let step = sabotage::loss_from_cache(next_claim_step(&input), &input);
     let name = if tracing() { step_name(&step) } else { String::new() };
     let plan = plan_of(&step);
     let wrote = !matches!(
@@ -716,7 +732,7 @@ fn perform(
             if let Some(detail) = refuted
                 && state.broken.is_none()
             {
-                state.broken = Some(("I2 truthful loss", detail));
+                state.broken = Some((WRITES, detail));
             }
             forget(&mut state.replicas[replica], Note::Acquired, &uid);
             let mut notes = vec![note];

@@ -3,6 +3,7 @@
 //! trace.
 #![allow(clippy::unwrap_used)] // a test fails by panicking
 
+use cnpool_check::model::{OWNER_KEYS, WRITES};
 use cnpool_check::{Config, Options, Report, Variant, check};
 
 fn run(config: &str, variant: Option<Variant>) -> Report {
@@ -43,14 +44,23 @@ fn a_claim_that_lost_its_target_after_releasing_its_source_binds_again() {
     passes("lost-migration");
 }
 
+/// A claim whose `additionalPodLabels` name another claim in the owner
+/// keys is refused (its spec fails validation), whatever the replicas'
+/// caches show and whichever claim is deleted and created again; the other
+/// claim binds, and no pod's owner keys are ever the spec's.
+#[test]
+fn a_claim_whose_labels_forge_another_claims_ownership_is_refused() {
+    passes("forged-labels");
+}
+
 #[test]
 fn an_unguarded_acquire_hands_a_pod_from_one_claim_to_another() {
-    caught("race", Variant::UnguardedAcquire, "writes keep I2 and I8");
+    caught("race", Variant::UnguardedAcquire, WRITES);
 }
 
 #[test]
 fn a_loss_taken_from_the_cache_is_refuted_by_the_server() {
-    caught("pair", Variant::LostWithoutLiveRead, "writes keep I2 and I8");
+    caught("pair", Variant::LostWithoutLiveRead, WRITES);
 }
 
 #[test]
@@ -61,4 +71,9 @@ fn an_adopt_that_keeps_extra_pods_leaks_them() {
 #[test]
 fn a_store_written_from_the_claim_serves_the_wrong_tenant() {
     caught("prebound", Variant::StoreFromClaim, "I2 I3 I7 recover and claims bind");
+}
+
+#[test]
+fn labels_from_a_spec_that_reach_the_owner_keys_forge_an_owner() {
+    caught("forged-labels", Variant::OwnerLabelsFromSpec, OWNER_KEYS);
 }

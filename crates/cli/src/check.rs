@@ -7,13 +7,14 @@ use cnpool_check::{Config, Options, Variant};
 
 #[derive(clap::Args)]
 pub struct CheckArgs {
-    /// The cluster to explore: two-replicas, migration, cutover or small
-    /// (and the tests' tiny ones: race, pair, prebound, lost-migration, twins).
+    /// The cluster to explore: two-replicas, migration, cutover, small or
+    /// forged-labels (and the tests' tiny ones: race, pair, prebound,
+    /// lost-migration, twins, forged-twins).
     #[arg(long)]
     config: String,
     /// A deliberately broken variant of the protocol, which must be caught:
-    /// unguarded-acquire, lost-without-live-read, adopt-keeps-extras or
-    /// store-from-claim.
+    /// unguarded-acquire, lost-without-live-read, adopt-keeps-extras,
+    /// store-from-claim or owner-labels-from-spec.
     #[arg(long)]
     variant: Option<String>,
     /// Print the report as JSON.

@@ -22,8 +22,9 @@
 //! - `context`: what every reconcile shares, with this process's memory in
 //!   small structs of their own (`backoff`, `lately`, `migrations`,
 //!   `expected`, `stores`, `own_writes`);
-//! - `sabotage` (feature `sabotage`, simulator tests only): broken variants
-//!   of the protocol, to show that the simulator catches them.
+//! - `sabotage` (feature `sabotage`: simulator tests and the lab's model
+//!   checker, never the operator's build): broken variants of the protocol,
+//!   to show that the simulator and the model checker catch them.
 //!
 //! [`run`] wires them on kube-rs's controller runtime: one watch per kind
 //! feeds the runtime's stores and this crate's indexes ([`cache`]), and a

@@ -1,17 +1,22 @@
 //! Deliberately broken variants of the binding protocol (DESIGN §4), so that
 //! the simulator's tests can show it catches each one.
 //!
-//! This module exists only with the `sabotage` feature, which only
-//! cnpool-sim's dev-dependencies enable: the `cnpool` binary cannot switch a
-//! variant on, and without the feature the controllers compile to exactly
-//! their correct code. A variant is on for the current thread only, inside
-//! [`with`]; the simulator runs each seed on its own thread (a current-thread
-//! runtime), so seeds run in parallel by the test harness do not interfere.
+//! This module exists only with the `sabotage` feature, which cnpool-sim's
+//! dev-dependencies and the model checker (cnpool-check, a crate of the
+//! binary's lab) enable. The operator's build, without the lab, never has it
+//! (ci/lab-free-build.sh checks): there the controllers compile to exactly
+//! their correct code. In a lab build a variant is off unless switched on,
+//! for the current thread only, inside [`with`]: the simulator runs each
+//! seed on its own thread (a current-thread runtime), so seeds run in
+//! parallel by the test harness do not interfere, and `cnpool check
+//! --variant` switches it on around each step of its model, whatever worker
+//! thread takes the step.
 
 use std::cell::Cell;
 
+use cnpool_core::claim::{ClaimInput, ClaimStep, next_claim_step};
 use cnpool_core::convert::claim_view;
-use cnpool_core::model::{ClaimView, PodView, StoreView};
+use cnpool_core::model::{ClaimView, PodView, Read, StoreView};
 use cnpool_core::store::{DesiredStore, StorePlan, store_writes};
 use cnpool_registry::{StoreLabels, WorkState};
 
@@ -65,8 +70,10 @@ pub(crate) fn active(variant: Variant) -> bool {
 
 /// [`Variant::AdoptKeepsExtras`]: of the pods carrying the claim's UID, the
 /// decision sees only the one adopt would keep, so the others are never
-/// released (the migration source is left as it is).
-pub(crate) fn hide_extra_pods(claim: &ClaimView, owned: Vec<PodView>) -> Vec<PodView> {
+/// released (the migration source is left as it is). Public, as
+/// [`ignore_validation`] and [`loss_from_cache`], for the model checker,
+/// which calls them where the claim controller does.
+pub fn hide_extra_pods(claim: &ClaimView, owned: Vec<PodView>) -> Vec<PodView> {
     if !active(Variant::AdoptKeepsExtras) {
         return owned;
     }
@@ -80,9 +87,21 @@ pub(crate) fn hide_extra_pods(claim: &ClaimView, owned: Vec<PodView>) -> Vec<Pod
     owned.into_iter().filter(|pod| !held(pod) || pod.uid == keep).collect()
 }
 
+/// [`Variant::LostWithoutLiveRead`]: a loss the decision would confirm by
+/// a live read is decided again as if the cache were that read. Public, as
+/// [`hide_extra_pods`].
+pub fn loss_from_cache<'a>(step: ClaimStep<'a>, input: &ClaimInput<'a, '_>) -> ClaimStep<'a> {
+    match step {
+        ClaimStep::ConfirmLost(_) if active(Variant::LostWithoutLiveRead) => {
+            next_claim_step(&ClaimInput { read: Read::Live, stores_listed: true, ..*input })
+        }
+        step => step,
+    }
+}
+
 /// [`Variant::OwnerLabelsFromSpec`]: the claim is read as if its spec were
 /// valid.
-pub(crate) fn ignore_validation(mut claim: ClaimView) -> ClaimView {
+pub fn ignore_validation(mut claim: ClaimView) -> ClaimView {
     if active(Variant::OwnerLabelsFromSpec) {
         claim.invalid = None;
     }

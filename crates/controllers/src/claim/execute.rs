@@ -33,13 +33,7 @@ pub(super) async fn step<R: StoreRegistry>(ctx: &Context<R>, snap: &mut Snapshot
     let input = observed.input(ctx, snap, candidates.as_deref());
     let step = next_claim_step(&input);
     #[cfg(feature = "sabotage")]
-    let step = match step {
-        // Takes the cache for the live read that should confirm the loss.
-        ClaimStep::ConfirmLost(_) if crate::sabotage::active(crate::sabotage::Variant::LostWithoutLiveRead) => {
-            next_claim_step(&cnpool_core::claim::ClaimInput { read: Read::Live, stores_listed: true, ..input })
-        }
-        step => step,
-    };
+    let step = crate::sabotage::loss_from_cache(step, &input);
     tracing::trace!(claim = %observed.view.name, ?step, "claim step");
     perform(ctx, snap, key, &observed, step).await
 }
