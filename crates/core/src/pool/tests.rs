@@ -289,7 +289,7 @@ proptest! {
 
     #[test]
     fn converges_to_a_fixed_point_with_the_idle_target((pool, pods, pending, expected) in any_world()) {
-        prop_assume!(!pool.deleting);
+        let pool = PoolView { deleting: false, ..pool };
         let mut world = apply(&pool, &pods, &plan_pool(&pool, &pods, pending, &expected), &expected);
         let none = Expectations::default();
         for _ in 0..3 {
@@ -310,6 +310,10 @@ proptest! {
         let others = world.len() as u32 - idle - standing_in;
         let room = pool.max_pods.map_or(u32::MAX, |max| max.saturating_sub(others));
         prop_assert_eq!(idle + standing_in, (pending + pool.max_idle).min(room));
-        prop_assert!(idle >= pending.min(room), "{idle} serving Idle pods for {pending} waiting claims");
+        // An overdue pod holds its place under maxPods (replacing it would
+        // restart a registration that may just be slow), so the claims get
+        // serving pods as far as the room left beside every other pod allows.
+        let room_for_claims = pool.max_pods.map_or(u32::MAX, |max| max.saturating_sub(world.len() as u32 - idle));
+        prop_assert!(idle >= pending.min(room_for_claims), "{idle} serving Idle pods for {pending} waiting claims");
     }
 }
