@@ -60,6 +60,11 @@ pub struct CNClaimSpec {
     pub pool_name: String,
 }
 
+/// The claim condition that is True while the claim's pod runs an old
+/// template of its pool; its `lastTransitionTime` is when the claim became
+/// Outdated, from which the pool's `reclaimTimeout` counts.
+pub const OUTDATED_CONDITION: &str = "Outdated";
+
 /// Where a claim stands.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
 pub enum ClaimPhase {

@@ -21,7 +21,9 @@ pub mod selector;
 mod store_uuid;
 pub mod validation;
 
-pub use claim::{CNClaim, CNClaimSpec, CNClaimStatus, CNStoreStatus, ClaimPhase, MigrateStatus, Workload};
+pub use claim::{
+    CNClaim, CNClaimSpec, CNClaimStatus, CNStoreStatus, ClaimPhase, MigrateStatus, OUTDATED_CONDITION, Workload,
+};
 pub use claimset::{CNClaimSet, CNClaimSetSpec, CNClaimSetStatus, CNClaimTemplate, EmbeddedMetadata};
 pub use common::{CNLabel, DurationError, GoDuration, PodRef, cn_label_map};
 pub use pool::{

@@ -46,6 +46,7 @@ pub(crate) fn pool() -> PoolView {
         max_pods: None,
         drain_timeout: std::time::Duration::from_secs(3600),
         min_delay: std::time::Duration::ZERO,
+        reclaim_timeout: None,
         deleting: false,
         pod_labels: Default::default(),
     }

@@ -425,6 +425,7 @@ fn plan_of(step: &ClaimStep<'_>) -> Plan {
         | ClaimStep::WaitToReleaseSource(_)
         | ClaimStep::ReportDrain(_)
         | ClaimStep::WaitForDrain
+        | ClaimStep::AwaitRollout(_)
         | ClaimStep::ReportInvalid
         | ClaimStep::InSync => Plan::Wait,
     }

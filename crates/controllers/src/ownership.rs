@@ -321,6 +321,7 @@ mod tests {
             drain_reported: None,
             invalid: None,
             created: None,
+            outdated_since: None,
         }
     }
 

@@ -188,6 +188,7 @@ fn pool_of<R>(ctx: &Context<R>, view: &PodView) -> PoolView {
         max_pods: None,
         drain_timeout: ctx.config.drain_timeout,
         min_delay: ctx.config.drain_min_delay,
+        reclaim_timeout: None,
         deleting: true,
         pod_labels: Default::default(),
     })

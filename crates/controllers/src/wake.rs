@@ -319,6 +319,12 @@ pub fn pool_changed<R>(ctx: &Context<R>, (old, new): Change<'_, CNPool>) {
             ctx.wake.claim(&namespace, &claim.name_any());
         }
     }
+    // A new reclaim timeout may end the wait of its Outdated claims now.
+    if let (Some(old), Some(new)) = (old, new)
+        && old.spec.strategy.update_strategy != new.spec.strategy.update_strategy
+    {
+        wake_outdated_claims(ctx, &namespace, &name);
+    }
 }
 
 pub fn claim_set_changed<R>(ctx: &Context<R>, (old, new): Change<'_, CNClaimSet>) {

@@ -401,3 +401,68 @@ async fn a_claim_whose_target_is_lost_mid_migration_falls_back_to_its_source() {
     assert_eq!(owners_in_order(&commits, &source), vec![None, owner], "the source never left the claim");
     assert!(support::loss_reasons(&commits, "tenant").is_empty(), "the claim was never Lost");
 }
+
+/// A template rollout moves one standalone claim of a pool at a time; a
+/// claim Outdated for the pool's `reclaimTimeout` moves regardless. Here a
+/// user's migration holds the pool's pace (its source drains for 30 s), so
+/// the other claim waits Outdated, saying since when, until a reclaim
+/// timeout it has already outlived is set: it moves at once, while the
+/// first migration still runs, onto a pod of the new template.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outdated_claim_past_its_pools_reclaim_timeout_moves_whatever_the_rollouts_pace() {
+    let cluster =
+        Cluster::with_world(WorldConfig { session_leave_delay: Duration::from_secs(30), ..WorldConfig::default() })
+            .await;
+    cluster.start_operator(0).await;
+    cluster.create_pool(2, Some(8)).await;
+    let timeout = json!({"spec": {"strategy": {"drainStrategy": {"timeout": "5m"}}}});
+    cluster.pools().patch(support::POOL, &PatchParams::default(), &Patch::Merge(&timeout)).await.unwrap();
+    cluster.create_claim("pacer", &[("account", "first")], &[]).await;
+    cluster.create_claim("waiter", &[("account", "second")], &[]).await;
+    let (pacer_source, _) = bound_pod(&cluster, "pacer").await;
+    let (waiter_pod, _) = bound_pod(&cluster, "waiter").await;
+    migrate(&cluster, "pacer", &pacer_source, "").await;
+    let migrating = |claim: &CNClaim| claim.spec.source_pod.is_some();
+    eventually("pacer on its target, its source draining", Duration::from_secs(30), || async {
+        let pacer = cluster.claims().get("pacer").await.map_err(|e| e.to_string())?;
+        let moved = pacer.spec.pod_name != pacer_source && !pacer.spec.pod_name.is_empty();
+        if migrating(&pacer) && moved { Ok(()) } else { Err(format!("{:?}", pacer.spec)) }
+    })
+    .await;
+
+    let revision = |pod: &k8s_openapi::api::core::v1::Pod| label(pod, labels::REVISION).map(str::to_owned);
+    let old_revision = revision(&cluster.pods().get(&waiter_pod).await.unwrap());
+    let template = json!({"spec": {"template": {"spec": {"containers": [{"name": "cn", "image": "matrixorigin/matrixone:next"}]}}}});
+    cluster.pools().patch(support::POOL, &PatchParams::default(), &Patch::Merge(&template)).await.unwrap();
+    eventually("waiter Outdated, saying since when", Duration::from_secs(30), || async {
+        let waiter = cluster.claims().get("waiter").await.map_err(|e| e.to_string())?;
+        match (support::claim_phase(&waiter), condition(&waiter, "Outdated")) {
+            (Some("Outdated"), Some((status, reason, _))) if status == "True" && reason == "OldTemplate" => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    // The pace: one migration per pool at a time, and the pacer's runs.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (pacer, waiter) = (cluster.claims().get("pacer").await.unwrap(), cluster.claims().get("waiter").await.unwrap());
+    assert!(migrating(&pacer), "the pacer's source still drains: {:?}", pacer.spec);
+    assert!(!migrating(&waiter) && waiter.spec.pod_name == waiter_pod, "the waiter waits its turn: {:?}", waiter.spec);
+
+    let reclaim = json!({"spec": {"strategy": {"updateStrategy": {"reclaimTimeout": "2s"}}}});
+    cluster.pools().patch(support::POOL, &PatchParams::default(), &Patch::Merge(&reclaim)).await.unwrap();
+    eventually("waiter migrating off its old pod while the pacer still migrates", Duration::from_secs(10), || async {
+        let waiter = cluster.claims().get("waiter").await.map_err(|e| e.to_string())?;
+        let pacer = cluster.claims().get("pacer").await.map_err(|e| e.to_string())?;
+        match (&waiter.spec.source_pod, migrating(&pacer)) {
+            (Some(source), true) if source.pod_name == waiter_pod => Ok(()),
+            (source, pacer) => Err(format!("waiter's source {source:?}, pacer migrating: {pacer}")),
+        }
+    })
+    .await;
+    let target = migrated(&cluster, "waiter", &waiter_pod).await;
+    let new_revision = revision(&cluster.pods().get(&target).await.unwrap());
+    assert!(new_revision.is_some() && new_revision != old_revision, "the waiter is on a pod of the new template");
+    let waiter = cluster.claims().get("waiter").await.unwrap();
+    let (status, reason, _) = condition(&waiter, "Outdated").expect("the condition stays, False");
+    assert_eq!((status.as_str(), reason.as_str()), ("False", "CurrentTemplate"));
+}

@@ -95,7 +95,10 @@
 //! | 20c | holds its recorded pod, whose store serves, which carries `matrixorigin.io/store-cordon` or runs on a cordoned node (`spec.unschedulable`); phase Bound or Outdated; no `sourcePod` | `StartMigration(Cordoned)`: `sourcePod` = that pod, `spec.podName` removed (cnpool picks the target) |
 //! | 20o | the same pod, not cordoned, of an old template of its pool by its revision label (or labelled outdated); phase Bound | `MarkOutdated` |
 //! | 20u | the same pod, of its pool's current template; phase Outdated | `MarkBound` |
+//! | 20t | the same pod, of an old template; phase Outdated; no `Outdated` condition says since when | `MarkOutdated` |
 //! | 20r | phase Outdated; standalone; the pool's rollout allows one more migration | `StartMigration(Outdated)` |
+//! | 20x | phase Outdated; standalone; Outdated for the pool's `reclaimTimeout` | `StartMigration(ReclaimTimeout)` |
+//! | 20w | phase Outdated; standalone; neither | `AwaitRollout(time left to the reclaim timeout)` |
 //! | 20 | holds its recorded pod, whose store serves; phase Bound or Outdated; no `sourcePod` | `InSync` (an Outdated member of a claim set waits for the set's surge) |
 //! | i | its spec fails validation ([`ClaimView::invalid`]), and rows 5–25 name a take, `ReadCandidates`, `ConfirmCurrent`, `AwaitAcquired`, `ReportUnavailable`, `AdoptLegacy`, `RewriteBinding`, `Rebind`, `StartMigration`, `MarkBound` or `InSync` | `ReportInvalid`: condition `Bound=False`, reason `InvalidSpec`; every other step (reads, a confirmed loss, `Record`, `WaitForStore`, and the end of a migration already under way: `ConfirmRefusal`, `RefuseMigration`, `FallBackToSource`, `ReleaseSource`, the drain, `CompleteMigration`) goes on, so the claim keeps what it holds and a lost target is not left recorded |
 //!
@@ -183,7 +186,9 @@
 //! counts in memory: after a restart it starts again, later, never earlier.
 //! cnpool starts a migration itself off a cordoned pod (row 20c) and, for a
 //! standalone claim, off a pod of an old template, one claim per pool at a
-//! time ([`ClaimInput::may_roll`], row 20r).
+//! time ([`ClaimInput::may_roll`], row 20r), or regardless of that pace
+//! once it has been Outdated for the pool's `reclaimTimeout` (row 20x),
+//! counted from its `Outdated` condition's transition time.
 //!
 //! A target lost before the source is released sends the claim back to its
 //! source (row 8t): the tenant still runs there, so losing the claim would
@@ -409,8 +414,13 @@ pub enum ClaimStep<'a> {
     /// Start a migration away from the held pod to a pod cnpool chooses
     /// (`sourcePod` = it, `spec.podName` removed), for the reason given.
     StartMigration(&'a PodView, MigrationCause),
-    /// The held pod runs an old template of its pool: set phase Outdated.
+    /// The held pod runs an old template of its pool: set phase Outdated and
+    /// the `Outdated` condition, whose transition time says since when.
     MarkOutdated,
+    /// An Outdated standalone claim waits for its pool's rollout to let it
+    /// migrate: requeue at the resync, or sooner when the pool's reclaim
+    /// timeout ends the wait in the time given.
+    AwaitRollout(Option<Duration>),
     /// A migration whose named target cannot be acquired is refused:
     /// `spec.podName` goes back to the source, `spec.sourcePod` is cleared,
     /// and the claim says why in its Migration condition and an Event.
@@ -489,6 +499,9 @@ pub enum MigrationCause {
     Cordoned,
     /// The pod runs an old template of its pool (a template rollout).
     Outdated,
+    /// The claim has been Outdated for its pool's `reclaimTimeout`: it moves
+    /// whatever the rollout's pace.
+    ReclaimTimeout,
 }
 
 impl MigrationCause {
@@ -497,6 +510,7 @@ impl MigrationCause {
         match self {
             Self::Cordoned => "is cordoned for maintenance",
             Self::Outdated => "runs an old template of its pool",
+            Self::ReclaimTimeout => "has run an old template of its pool for its reclaimTimeout",
         }
     }
 }
@@ -931,10 +945,19 @@ fn sync<'a>(input: &ClaimInput<'a, '_>, pod: &'a PodView) -> ClaimStep<'a> {
         }
         Some(ClaimPhase::Bound) if template_of(input, pod) == Some(Template::Old) => ClaimStep::MarkOutdated,
         Some(ClaimPhase::Outdated) if template_of(input, pod) == Some(Template::Current) => ClaimStep::MarkBound,
+        // Marked Outdated without saying since when (by the Go operator or
+        // an older cnpool): recorded now, for the reclaim timeout to count.
         Some(ClaimPhase::Outdated)
-            if template_of(input, pod) == Some(Template::Old) && claim.claim_set.is_none() && input.may_roll =>
+            if template_of(input, pod) == Some(Template::Old) && claim.outdated_since.is_none() =>
         {
-            ClaimStep::StartMigration(pod, MigrationCause::Outdated)
+            ClaimStep::MarkOutdated
+        }
+        Some(ClaimPhase::Outdated) if template_of(input, pod) == Some(Template::Old) && claim.claim_set.is_none() => {
+            match reclaim_left(input, pod) {
+                _ if input.may_roll => ClaimStep::StartMigration(pod, MigrationCause::Outdated),
+                Some(Duration::ZERO) => ClaimStep::StartMigration(pod, MigrationCause::ReclaimTimeout),
+                left => ClaimStep::AwaitRollout(left),
+            }
         }
         Some(ClaimPhase::Bound | ClaimPhase::Outdated) => ClaimStep::InSync,
         _ => ClaimStep::MarkBound,
@@ -959,6 +982,17 @@ fn template_of(input: &ClaimInput<'_, '_>, pod: &PodView) -> Option<Template> {
     let pool = input.pools.iter().find(|pool| pod.pool.as_ref() == Some(&pool.name))?;
     let revision = pod.revision.as_ref()?;
     Some(if *revision == pool.current_revision { Template::Current } else { Template::Old })
+}
+
+/// How long before the reclaim timeout of `pod`'s pool ends the wait of the
+/// claim, Outdated on it, for the rollout's pace; `None` without a timeout.
+fn reclaim_left(input: &ClaimInput<'_, '_>, pod: &PodView) -> Option<Duration> {
+    let pool = input.pools.iter().find(|pool| pod.pool.as_ref() == Some(&pool.name))?;
+    let timeout = SignedDuration::try_from(pool.reclaim_timeout?).unwrap_or(SignedDuration::MAX);
+    // A condition time ahead of this clock counts as now: never a wait longer than the timeout.
+    let outdated_for = input.now.duration_since(input.claim.outdated_since?).max(SignedDuration::ZERO);
+    let left = timeout.checked_sub(outdated_for).unwrap_or(SignedDuration::ZERO);
+    Some(if left.is_positive() { left.unsigned_abs() } else { Duration::ZERO })
 }
 
 /// Rows 20m–25: the claim holds its recorded target, whose store serves.

@@ -12,7 +12,9 @@
 use std::time::Duration;
 
 use cnpool_api::labels;
-use cnpool_api::{CNClaim, CNClaimSet, CNPool, DurationError, GoDuration, PodPhase, cn_label_map, cn_store_uuid};
+use cnpool_api::{
+    CNClaim, CNClaimSet, CNPool, DurationError, GoDuration, OUTDATED_CONDITION, PodPhase, cn_label_map, cn_store_uuid,
+};
 use cnpool_registry::{CnStore, Workload};
 use k8s_openapi::api::core::v1::Pod;
 
@@ -144,6 +146,10 @@ pub fn claim_view(claim: &CNClaim) -> Result<ClaimView, ConvertError> {
             replicas: u64::try_from(source.replicas).unwrap_or(0),
         }),
         created: meta.creation_timestamp.as_ref().map(|time| time.0),
+        outdated_since: status
+            .and_then(|status| status.conditions.iter().find(|condition| condition.type_ == OUTDATED_CONDITION))
+            .filter(|condition| condition.status == "True")
+            .map(|condition| condition.last_transition_time.0),
     })
 }
 
@@ -194,11 +200,13 @@ pub fn pool_view(pool: &CNPool, current_revision: &str) -> Result<PoolView, Conv
     let name: String = required(pool.metadata.name.as_ref(), "CNPool", "metadata.name")?;
     let scale = &pool.spec.strategy.scale_strategy;
     let drain = pool.spec.strategy.drain_strategy.as_ref();
-    let duration = |value: Option<&GoDuration>, field, default| match value {
-        None => Ok(default),
-        Some(text) => text.parse().map_err(|error| ConvertError::Duration { pool: name.clone(), field, error }),
+    let parse = |text: &GoDuration, field| {
+        text.parse().map_err(|error| ConvertError::Duration { pool: name.clone(), field, error })
     };
+    let duration = |value: Option<&GoDuration>, field, default| value.map_or(Ok(default), |text| parse(text, field));
+    let reclaim = pool.spec.strategy.update_strategy.as_ref().and_then(|update| update.reclaim_timeout.as_ref());
     Ok(PoolView {
+        reclaim_timeout: reclaim.map(|text| parse(text, "spec.strategy.updateStrategy.reclaimTimeout")).transpose()?,
         drain_timeout: duration(
             drain.and_then(|drain| drain.timeout.as_ref()),
             "spec.strategy.drainStrategy.timeout",

@@ -134,6 +134,10 @@ pub struct ClaimView {
     /// operator's cutover, and so may adopt a pod the Go operator bound to
     /// its name.
     pub created: Option<Timestamp>,
+    /// When the claim became Outdated: its `Outdated` condition's transition
+    /// time while that is True; `None` otherwise (a claim the Go operator
+    /// or an older cnpool marked Outdated has none yet).
+    pub outdated_since: Option<Timestamp>,
 }
 
 /// The pod a claim has recorded as its own.
@@ -215,6 +219,9 @@ pub struct PoolView {
     pub drain_timeout: Duration,
     /// A drained CN returns to Idle no sooner than this after its release.
     pub min_delay: Duration,
+    /// `updateStrategy.reclaimTimeout`: a standalone claim Outdated this long
+    /// migrates whatever the rollout's pace; `None` for no limit.
+    pub reclaim_timeout: Option<Duration>,
     /// The pool has a deletion timestamp.
     pub deleting: bool,
     /// The labels every pod of the pool carries ([`cnpool_api::CNPool::pod_labels`]):

@@ -30,6 +30,7 @@ pub fn pool() -> PoolView {
         max_pods: Some(10),
         drain_timeout: Duration::from_secs(1800),
         min_delay: Duration::from_secs(15),
+        reclaim_timeout: None,
         deleting: false,
         pod_labels: labels(&[("tier", "silver"), (cnpool_api::labels::POOL_NAME, POOL)]),
     }
@@ -95,6 +96,7 @@ pub fn claim() -> ClaimView {
         drain_reported: None,
         invalid: None,
         created: Some(at(0)),
+        outdated_since: None,
     }
 }
 

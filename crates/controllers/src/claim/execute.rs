@@ -12,10 +12,10 @@ use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 
 use super::Next;
+use super::migration::{self, BackOnSource, MigrationEnd};
 use super::observe::{Observed, Snapshot, candidate_pods, why_no_pod};
 use super::status::{
-    self, BOUND_CONDITION, BackOnSource, MIGRATION_CONDITION, MigrationEnd, changed_since_read, replace, replace_claim,
-    write_condition,
+    self, BOUND_CONDITION, MIGRATION_CONDITION, changed_since_read, replace, replace_claim, write_condition,
 };
 use crate::conditions;
 use crate::context::Context;
@@ -139,17 +139,23 @@ async fn perform<R: StoreRegistry>(
             // A migration's target shown Bound goes on to release the source.
             Ok(Next::Again)
         }
-        ClaimStep::StartMigration(pod, cause) => status::start_migration(ctx, snap, view, pod, cause).await,
-        ClaimStep::MarkOutdated => status::mark_outdated(ctx, snap, view).await,
+        ClaimStep::StartMigration(pod, cause) => migration::start_migration(ctx, snap, view, pod, cause).await,
+        ClaimStep::MarkOutdated => migration::mark_outdated(ctx, snap, view).await,
+        ClaimStep::AwaitRollout(reclaim_in) => {
+            ctx.backoff.settled(Kind::Claim, key);
+            // The end of a migration in its pool wakes it sooner.
+            let resync = ctx.config.resync;
+            Ok(Next::Done(Action::requeue(reclaim_in.map_or(resync, |left| resync.min(left + ctx.config.requeue_min)))))
+        }
         ClaimStep::RefuseMigration(why) => {
             let target = view.pod_name.as_deref().unwrap_or_default();
             let message = format!("target pod {target}: {}", why.message());
-            status::end_migration_on_source(ctx, snap, view, BackOnSource::Refused, &message).await
+            migration::end_migration_on_source(ctx, snap, view, BackOnSource::Refused, &message).await
         }
         ClaimStep::FallBackToSource { reason, release } => {
             let target = view.pod_name.as_deref().unwrap_or_default();
             let message = format!("target pod {target}: {}", reason.message());
-            let next = status::end_migration_on_source(ctx, snap, view, BackOnSource::TargetLost, &message).await?;
+            let next = migration::end_migration_on_source(ctx, snap, view, BackOnSource::TargetLost, &message).await?;
             if matches!(next, Next::Again) {
                 release_pods(ctx, snap, observed, &release).await?;
             }
@@ -169,12 +175,12 @@ async fn perform<R: StoreRegistry>(
         }
         ClaimStep::ReleaseSource(release) => release_source(ctx, snap, observed, release).await,
         ClaimStep::ReportDrain(workload) => {
-            status::report_drain(ctx, snap, view, workload).await?;
+            migration::report_drain(ctx, snap, view, workload).await?;
             Ok(Next::Done(Action::requeue(ctx.backoff.wait(Kind::Claim, key))))
         }
         ClaimStep::WaitForDrain => Ok(Next::Done(Action::requeue(ctx.backoff.wait(Kind::Claim, key)))),
-        ClaimStep::CompleteMigration => status::end_migration(ctx, snap, view, MigrationEnd::Completed).await,
-        ClaimStep::AbandonMigration => status::end_migration(ctx, snap, view, MigrationEnd::Abandoned).await,
+        ClaimStep::CompleteMigration => migration::end_migration(ctx, snap, view, MigrationEnd::Completed).await,
+        ClaimStep::AbandonMigration => migration::end_migration(ctx, snap, view, MigrationEnd::Abandoned).await,
         ClaimStep::InSync => {
             ctx.backoff.settled(Kind::Claim, key);
             Ok(Next::Done(if view.deleting { Action::await_change() } else { Action::requeue(ctx.config.resync) }))

@@ -12,6 +12,7 @@
 //! precondition of a write is a step or an input of the core.
 
 mod execute;
+mod migration;
 mod observe;
 mod status;
 

@@ -768,8 +768,11 @@ fn a_template_change_marks_the_claim_outdated_and_rolls_a_standalone_one_when_th
         pod.revision = Some("r0".into());
     }
     assert_eq!(old.step(), ClaimStep::MarkOutdated);
-    let outdated = World { claim: ClaimView { phase: Some(ClaimPhase::Outdated), ..old.claim.clone() }, ..old.clone() };
-    assert_eq!(outdated.step(), ClaimStep::InSync, "waits for the pool's rollout bound");
+    let unmarked = World { claim: ClaimView { phase: Some(ClaimPhase::Outdated), ..old.claim.clone() }, ..old.clone() };
+    assert_eq!(unmarked.step(), ClaimStep::MarkOutdated, "an Outdated claim that does not say since when records it");
+    let outdated =
+        World { claim: ClaimView { outdated_since: Some(at(NOW - 5)), ..unmarked.claim.clone() }, ..unmarked.clone() };
+    assert_eq!(outdated.step(), ClaimStep::AwaitRollout(None), "waits for the pool's rollout bound");
     let rolling = World { may_roll: true, ..outdated.clone() };
     assert_eq!(rolling.step(), ClaimStep::StartMigration(rolling.pod("p"), MigrationCause::Outdated));
     let member =
@@ -781,6 +784,36 @@ fn a_template_change_marks_the_claim_outdated_and_rolls_a_standalone_one_when_th
         ..settled(ClaimPhase::Bound).store(Seen::Registered(serving_store(&outdated.claim)))
     };
     assert_eq!(current.step(), ClaimStep::MarkBound);
+}
+
+// Rows 20x, 20w.
+#[test]
+fn an_outdated_standalone_claim_migrates_once_the_pools_reclaim_timeout_has_passed_whatever_the_pace() {
+    let mut world = settled(ClaimPhase::Outdated);
+    let serving = serving_store(&world.claim);
+    world = world.store(Seen::Registered(serving));
+    for pod in world.owned.iter_mut().chain(world.pods.iter_mut()) {
+        pod.revision = Some("r0".into());
+    }
+    world.pools[0].reclaim_timeout = Some(Duration::from_secs(3600));
+    let since = |seconds_ago: i64, world: &World| World {
+        claim: ClaimView { outdated_since: Some(at(NOW - seconds_ago)), ..world.claim.clone() },
+        ..world.clone()
+    };
+    assert_eq!(since(600, &world).step(), ClaimStep::AwaitRollout(Some(Duration::from_secs(3000))));
+    for seconds_ago in [3600, 3601, 100_000] {
+        let due = since(seconds_ago, &world);
+        assert_eq!(
+            due.step(),
+            ClaimStep::StartMigration(due.pod("p"), MigrationCause::ReclaimTimeout),
+            "{seconds_ago}"
+        );
+    }
+    let member =
+        World { claim: ClaimView { claim_set: Some("set".into()), ..since(7200, &world).claim }, ..world.clone() };
+    assert_eq!(member.step(), ClaimStep::InSync, "a claim set rolls its members by surge");
+    // A clock behind the condition's time waits the whole timeout, no more.
+    assert_eq!(since(-60, &world).step(), ClaimStep::AwaitRollout(Some(Duration::from_secs(3600))));
 }
 
 // Row 13.

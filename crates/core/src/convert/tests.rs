@@ -183,6 +183,38 @@ fn reads_a_pool_with_its_drain_settings_or_the_defaults() {
 }
 
 #[test]
+fn reads_a_pools_reclaim_timeout_and_names_the_field_when_it_is_malformed() {
+    let with_reclaim = |timeout: &str| {
+        let mut pool = pool_with(json!({}));
+        pool.spec.strategy.update_strategy =
+            Some(cnpool_api::UpdateStrategy { reclaim_timeout: Some(cnpool_api::GoDuration(timeout.into())) });
+        pool_view(&pool, "r1")
+    };
+    assert_eq!(with_reclaim("24h").unwrap().reclaim_timeout, Some(Duration::from_secs(24 * 3600)));
+    assert_eq!(pool_view(&pool_with(json!({})), "r1").unwrap().reclaim_timeout, None, "no limit by default");
+    let error = with_reclaim("a day").unwrap_err();
+    assert!(error.to_string().contains("spec.strategy.updateStrategy.reclaimTimeout"), "{error}");
+}
+
+#[test]
+fn an_outdated_claim_is_outdated_since_its_conditions_transition_while_it_is_true() {
+    let claim = |status: &str| -> CNClaim {
+        serde_json::from_value(json!({
+            "apiVersion": "core.matrixorigin.io/v1alpha1", "kind": "CNClaim",
+            "metadata": {"name": "claim", "uid": "u"},
+            "spec": {"podName": "p", "selector": {}},
+            "status": {"phase": "Outdated", "conditions": [{
+                "type": "Outdated", "status": status, "reason": "OldTemplate", "message": "",
+                "lastTransitionTime": "2026-05-14T18:01:00Z"
+            }]}
+        }))
+        .unwrap()
+    };
+    assert_eq!(claim_view(&claim("True")).unwrap().outdated_since, Some("2026-05-14T18:01:00Z".parse().unwrap()));
+    assert_eq!(claim_view(&claim("False")).unwrap().outdated_since, None);
+}
+
+#[test]
 fn a_malformed_drain_duration_names_the_field() {
     let error = pool_view(&pool_with(json!({"minDelay": "soon"})), "r1").unwrap_err();
     assert!(error.to_string().contains("spec.strategy.drainStrategy.minDelay"), "{error}");
