@@ -1079,6 +1079,16 @@ fn missing_store_left(input: &ClaimInput<'_, '_>, pod: &PodView) -> Option<Durat
     Some(store_patience(input).saturating_sub(missing_for))
 }
 
+/// How long before the store the claim's tenant is served from
+/// ([`Holding::serving`]) will have been missing for the bound, while it is
+/// missing and the claim is shown served: whatever step is taken meanwhile,
+/// the claim is decided again then, so that its loss is never found late
+/// (I2). `None` when no such deadline is ahead.
+pub fn store_loss_due_in(input: &ClaimInput<'_, '_>) -> Option<Duration> {
+    let serving = Holding::of(input.claim, input.owned, input.pointed, input.source).serving?;
+    missing_store_left(input, serving).filter(|left| !left.is_zero())
+}
+
 /// The held (or recorded) pod is lost: a migrating claim whose source still
 /// serves it falls back to that source; any other claim is Lost.
 fn lose_target<'a>(input: &ClaimInput<'a, '_>, reason: LossReason, release: Vec<Release<'a>>) -> ClaimStep<'a> {

@@ -8,7 +8,6 @@ use cnpool_core::claim::{AfterRelease, ClaimStep, LossReason, Release, next_clai
 use cnpool_core::model::{ClaimView, PodView, Read};
 use cnpool_registry::StoreRegistry;
 use k8s_openapi::api::core::v1::Pod;
-use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 
 use super::Next;
@@ -35,7 +34,14 @@ pub(super) async fn step<R: StoreRegistry>(ctx: &Context<R>, snap: &mut Snapshot
     #[cfg(feature = "sabotage")]
     let step = crate::sabotage::loss_from_cache(step, &input);
     tracing::trace!(claim = %observed.view.name, ?step, "claim step");
-    perform(ctx, snap, key, &observed, step).await
+    // Whatever the step, a store missing under the claim's tenant is looked
+    // at again when its bound runs out: a loss is never found late (I2).
+    let loss_due = cnpool_core::claim::store_loss_due_in(&input).map(|left| left + ctx.config.requeue_min);
+    Ok(match (perform(ctx, snap, key, &observed, step).await?, loss_due) {
+        (Next::Requeue(after), Some(due)) => Next::Requeue(after.min(due)),
+        (Next::AwaitChange, Some(due)) => Next::Requeue(due),
+        (next, _) => next,
+    })
 }
 
 async fn perform<R: StoreRegistry>(
@@ -58,7 +64,7 @@ async fn perform<R: StoreRegistry>(
         | ClaimStep::ConfirmRecord => {
             if snap.read == Read::Live {
                 // Already live: a second confirmation would loop.
-                return Ok(Next::Done(Action::requeue(ctx.backoff.failure(Kind::Claim, key))));
+                return Ok(Next::Requeue(ctx.backoff.failure(Kind::Claim, key)));
             }
             read_live(ctx, snap).await
         }
@@ -102,7 +108,7 @@ async fn perform<R: StoreRegistry>(
         ClaimStep::ReportUnavailable(why) => {
             let message = format!("requested pod {}: {}", view.pod_name.as_deref().unwrap_or_default(), why.message());
             write_condition(ctx, snap, BOUND_CONDITION, "False", why.as_str(), &message, true).await?;
-            Ok(Next::Done(Action::requeue(ctx.backoff.wait(Kind::Claim, key))))
+            Ok(Next::Requeue(ctx.backoff.wait(Kind::Claim, key)))
         }
         ClaimStep::Acquire { candidates } => acquire_first(ctx, snap, key, observed, &candidates).await,
         ClaimStep::Record(pod) => status::record(ctx, snap, view, pod).await,
@@ -124,11 +130,11 @@ async fn perform<R: StoreRegistry>(
             // The store's change wakes the claim at once.
             ctx.wake.expect_claim(&key.0, &key.1);
             status::show_store_wait(ctx, snap, view, observed.held()).await?;
-            Ok(Next::Done(Action::requeue(match lost_in {
+            Ok(Next::Requeue(match lost_in {
                 // A missing store is looked at again when its bound runs out.
                 Some(left) => left + ctx.config.requeue_min,
                 None => ctx.backoff.wait(Kind::Claim, key),
-            })))
+            }))
         }
         ClaimStep::MarkBound => {
             if !status::mark_bound(ctx, snap, view, observed.held(), observed.store.as_ref()).await? {
@@ -145,7 +151,7 @@ async fn perform<R: StoreRegistry>(
             ctx.backoff.settled(Kind::Claim, key);
             // The end of a migration in its pool wakes it sooner.
             let resync = ctx.config.resync;
-            Ok(Next::Done(Action::requeue(reclaim_in.map_or(resync, |left| resync.min(left + ctx.config.requeue_min)))))
+            Ok(Next::Requeue(reclaim_in.map_or(resync, |left| resync.min(left + ctx.config.requeue_min))))
         }
         ClaimStep::RefuseMigration(why) => {
             let target = view.pod_name.as_deref().unwrap_or_default();
@@ -164,33 +170,31 @@ async fn perform<R: StoreRegistry>(
         ClaimStep::ReportInvalid => {
             status::report_invalid(ctx, snap, view).await?;
             // A fix is a change of the claim, which wakes it.
-            Ok(Next::Done(Action::requeue(ctx.config.resync)))
+            Ok(Next::Requeue(ctx.config.resync))
         }
         ClaimStep::NoteTargetServing(target) => {
             ctx.migrations.target_serving(&view.uid, &target.uid);
             Ok(Next::Again)
         }
-        ClaimStep::WaitToReleaseSource(remaining) => {
-            Ok(Next::Done(Action::requeue(remaining.max(ctx.config.requeue_min))))
-        }
+        ClaimStep::WaitToReleaseSource(remaining) => Ok(Next::Requeue(remaining.max(ctx.config.requeue_min))),
         ClaimStep::ReleaseSource(release) => release_source(ctx, snap, observed, release).await,
         ClaimStep::ReportDrain(workload) => {
             migration::report_drain(ctx, snap, view, workload).await?;
-            Ok(Next::Done(Action::requeue(ctx.backoff.wait(Kind::Claim, key))))
+            Ok(Next::Requeue(ctx.backoff.wait(Kind::Claim, key)))
         }
-        ClaimStep::WaitForDrain => Ok(Next::Done(Action::requeue(ctx.backoff.wait(Kind::Claim, key)))),
+        ClaimStep::WaitForDrain => Ok(Next::Requeue(ctx.backoff.wait(Kind::Claim, key))),
         ClaimStep::CompleteMigration => migration::end_migration(ctx, snap, view, MigrationEnd::Completed).await,
         ClaimStep::AbandonMigration => migration::end_migration(ctx, snap, view, MigrationEnd::Abandoned).await,
         ClaimStep::InSync => {
             ctx.backoff.settled(Kind::Claim, key);
-            Ok(Next::Done(if view.deleting { Action::await_change() } else { Action::requeue(ctx.config.resync) }))
+            Ok(if view.deleting { Next::AwaitChange } else { Next::Requeue(ctx.config.resync) })
         }
     }
 }
 
 /// Reads the claim and its pods live; done when the claim is gone.
 async fn read_live<R>(ctx: &Context<R>, snap: &mut Snapshot) -> Result<Next, Error> {
-    Ok(if snap.read_live(ctx).await? { Next::Again } else { Next::Done(Action::await_change()) })
+    Ok(if snap.read_live(ctx).await? { Next::Again } else { Next::AwaitChange })
 }
 
 fn release_transition<'a>(view: &'a ClaimView, release: Release<'_>) -> Transition<'a> {
@@ -256,7 +260,7 @@ async fn acquire_first<R>(
     let delay =
         if candidates.is_empty() { ctx.backoff.wait(Kind::Claim, key) } else { ctx.backoff.failure(Kind::Claim, key) };
     let held_back = observed.candidates.as_ref().is_some_and(|read| read.held_back);
-    Ok(Next::Done(Action::requeue(if held_back { delay.min(ACQUIRED_LATELY) } else { delay })))
+    Ok(Next::Requeue(if held_back { delay.min(ACQUIRED_LATELY) } else { delay }))
 }
 
 async fn adopt_legacy<R>(
@@ -310,7 +314,7 @@ async fn finalize<R>(
         tracing::info!(claim = %view.name, released = release.len(), "claim finalized");
         ctx.migrations.end(&view.uid, None);
     }
-    Ok(Next::Done(Action::await_change()))
+    Ok(Next::AwaitChange)
 }
 
 /// Marks the claim Lost, then releases what still carries its UID.

@@ -31,10 +31,12 @@ use observe::Snapshot;
 /// Steps one reconcile takes at most before requeueing.
 const MAX_STEPS: usize = 16;
 
-/// Whether a reconcile goes on with another step.
+/// Whether a reconcile goes on with another step, or ends: to run again
+/// after a time (unless a change wakes it first), or on a change only.
 enum Next {
     Again,
-    Done(Action),
+    Requeue(std::time::Duration),
+    AwaitChange,
 }
 
 pub async fn reconcile<R: StoreRegistry + 'static>(claim: Arc<CNClaim>, ctx: Arc<Context<R>>) -> Result<Action, Error> {
@@ -44,8 +46,10 @@ pub async fn reconcile<R: StoreRegistry + 'static>(claim: Arc<CNClaim>, ctx: Arc
     ctx.wake.reconciling(Kind::Claim, &key.0, &key.1, current);
     let mut snap = Snapshot::from_cache(&ctx, (*claim).clone());
     for _ in 0..MAX_STEPS {
-        if let Next::Done(action) = execute::step(&ctx, &mut snap, &key).await? {
-            return Ok(action);
+        match execute::step(&ctx, &mut snap, &key).await? {
+            Next::Again => {}
+            Next::Requeue(after) => return Ok(Action::requeue(after)),
+            Next::AwaitChange => return Ok(Action::await_change()),
         }
     }
     Ok(Action::requeue(ctx.config.requeue_min))

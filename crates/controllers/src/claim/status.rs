@@ -31,7 +31,7 @@ const STORE_WAIT_SHOWN_AFTER: jiff::SignedDuration = jiff::SignedDuration::from_
 /// brings the newer version and wakes the claim, so the timer is only the
 /// fallback, and it grows while the caches keep lagging.
 pub(super) fn changed_since_read<R>(ctx: &Context<R>, claim: &CNClaim) -> Next {
-    Next::Done(kube::runtime::controller::Action::requeue(ctx.backoff.refused(Kind::Claim, &key_of(claim))))
+    Next::Requeue(ctx.backoff.refused(Kind::Claim, &key_of(claim)))
 }
 
 /// Replaces the claim (metadata and spec) at the resourceVersion read and
