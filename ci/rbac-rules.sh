@@ -266,7 +266,7 @@ scenario() {
     kubectl -n "$op_ns" delete configmap cnpool-cutover --ignore-not-found >/dev/null 2>&1
   }
   clean
-  "$bin" dev --cluster "$KUBECONFIG" --no-operator --hakeeper-listen "$hakeeper" \
+  "$bin" dev --cluster "$KUBECONFIG" --no-operator --hakeeper-listen "$hakeeper" --second-hakeeper-listen 127.0.0.1:0 \
     --kubeconfig "$dir/dev.kubeconfig" >"$dir/dev.log" 2>&1 &
   dev=$!
   for i in $(seq 1 50); do grep -q "node side running" "$dir/dev.log" && break; sleep 0.2; done

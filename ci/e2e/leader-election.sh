@@ -37,7 +37,7 @@ kubectl create namespace "$ns" >/dev/null
 wait_for 30 sh -c "kubectl -n $ns get serviceaccount default -o jsonpath='{.secrets[0].name}' | grep -q ."
 cnpool crd | kubectl apply -f - >/dev/null 2>&1
 
-cnpool dev --no-operator --cluster "$KUBECONFIG" --hakeeper-listen 127.0.0.1:0 >"$work/dev.log" 2>&1 &
+cnpool dev --no-operator --cluster "$KUBECONFIG" --hakeeper-listen 127.0.0.1:0 --second-hakeeper-listen 127.0.0.1:0 >"$work/dev.log" 2>&1 &
 dev_pid=$!
 pids+=($dev_pid)
 wait_for 30 grep -q 'HAKeeper (morpc) on' "$work/dev.log"

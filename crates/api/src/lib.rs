@@ -14,6 +14,7 @@ mod claim;
 mod claimset;
 mod common;
 pub mod crd;
+pub mod hakeeper;
 pub mod labels;
 mod pool;
 mod schema;

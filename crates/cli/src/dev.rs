@@ -3,23 +3,32 @@
 //! that a newcomer can point kubectl at; or, with `--cluster`, the operator
 //! and the simulated node side against an existing cluster.
 //!
-//! The simulated HAKeeper is served over MatrixOne's morpc protocol on
-//! loopback, and the operator — the one inside, or a `cnpool operator`
-//! started beside `cnpool dev --no-operator` — talks to it with the same
-//! client it uses against a real MatrixOne cluster. SIGUSR1 stops the
-//! simulated HAKeeper (its state kept, as a restarted HAKeeper keeps its
-//! log) and the next SIGUSR1 starts it again on the same port, to watch the
-//! operator ride out an outage.
+//! Two simulated MatrixOne clusters, each with its HAKeeper served over
+//! MatrixOne's morpc protocol on loopback, and the operator — the one
+//! inside, or a `cnpool operator` started beside `cnpool dev
+//! --no-operator` — talks to them with the same client it uses against a
+//! real MatrixOne cluster. Each cluster has a LogSet (`mo` and `mo-b` in
+//! namespace `default`, under a stand-in for matrixone-operator's LogSet
+//! CRD) whose `status.discovery` is its HAKeeper, so that a pool's
+//! `spec.deps.logSet` picks its cluster (examples/); a pool without deps
+//! uses the first one (`--hakeeper-discovery`), and each CN registers in its
+//! pool's cluster. SIGUSR1 stops the first HAKeeper, SIGUSR2 the second
+//! (state kept, as a restarted HAKeeper keeps its log), and the same signal
+//! starts it again on the same port, to watch the operator ride out one
+//! cluster's outage while the other's pools go on.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use anyhow::Context;
 use cnpool_morpc::server::HaKeeperServer;
+use cnpool_morpc::{MorpcMetrics, MorpcOptions, MorpcRegistry};
 use cnpool_registry::memory::MemoryRegistry;
 use futures::FutureExt;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::Api;
+use kube::ResourceExt;
+use kube::api::{Api, DynamicObject, PostParams};
+use serde_json::json;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::watch;
 
@@ -41,10 +50,24 @@ pub struct DevArgs {
     /// Namespace the operator watches (default: all).
     #[arg(long)]
     namespace: Option<String>,
-    /// Address to serve the simulated HAKeeper on (morpc over TCP, loopback
-    /// only); it is also the log set's discovery address.
+    /// Address to serve the first simulated HAKeeper on (morpc over TCP,
+    /// loopback only); it is also the discovery address of LogSet `mo`, and
+    /// the HAKeeper of pools without deps.
     #[arg(long, default_value = "127.0.0.1:32001")]
     hakeeper_listen: SocketAddr,
+    /// Address to serve the second simulated MatrixOne cluster's HAKeeper
+    /// on; the discovery address of LogSet `mo-b`.
+    #[arg(long, default_value = "127.0.0.1:32002")]
+    second_hakeeper_listen: SocketAddr,
+}
+
+/// One simulated MatrixOne cluster: its LogSet's name, its HAKeeper's
+/// state, and the signal that stops and starts its HAKeeper.
+struct SimulatedCluster {
+    log_set: &'static str,
+    registry: MemoryRegistry,
+    hakeeper: HaKeeperServer,
+    signal: (SignalKind, &'static str),
 }
 
 pub async fn run(args: DevArgs) -> anyhow::Result<()> {
@@ -64,20 +87,29 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     };
     install_crds(client.clone()).await?;
 
-    let registry = cnpool_registry::memory::MemoryRegistry::new();
-    let hakeeper = serve_hakeeper(args.hakeeper_listen, registry.clone()).await?;
-    let discovery = hakeeper.local_addr().to_string();
+    let first = simulate_cluster("mo", args.hakeeper_listen, "--hakeeper-listen", SIGUSR1).await?;
+    let second = simulate_cluster("mo-b", args.second_hakeeper_listen, "--second-hakeeper-listen", SIGUSR2).await?;
+    let discovery = first.hakeeper.local_addr().to_string();
     println!("cnpool dev: HAKeeper (morpc) on {discovery}; SIGUSR1 stops it, the next SIGUSR1 starts it again");
+    println!(
+        "cnpool dev: second MatrixOne cluster's HAKeeper (morpc) on {}; SIGUSR2 stops it, the next SIGUSR2 starts it \
+         again",
+        second.hakeeper.local_addr()
+    );
+    publish_log_sets(&client, &[&first, &second]).await?;
     let world_config = cnpool_world::WorldConfig { cn_query_services: true, ..Default::default() };
-    let world = cnpool_world::World::new(client.clone(), registry.clone(), world_config);
-    let mut tasks = vec![
-        tokio::spawn(world.run(stopped())).boxed(),
-        tokio::spawn(toggle_hakeeper_on_sigusr1(hakeeper, registry, stopped())).boxed(),
-    ];
+    let world = cnpool_world::World::new(client.clone(), first.registry.clone(), world_config)
+        .with_cluster(second.hakeeper.local_addr().to_string(), second.registry.clone());
+    let mut tasks = vec![tokio::spawn(world.run(stopped())).boxed()];
+    for cluster in [first, second] {
+        tasks.push(tokio::spawn(toggle_hakeeper_on_signal(cluster, stopped())).boxed());
+    }
     if !args.no_operator {
         let config = cnpool_controllers::Config { namespace: args.namespace.clone(), ..Default::default() };
-        let registry = crate::operator::morpc_registry(&discovery, cnpool_morpc::MorpcMetrics::default())?;
-        tasks.push(tokio::spawn(cnpool_controllers::run(client, registry, config, stopped())).boxed());
+        let registries = cnpool_controllers::Registries::new(discovery, |address: &str| {
+            MorpcRegistry::observed(MorpcOptions::new(address), MorpcMetrics::default())
+        });
+        tasks.push(tokio::spawn(cnpool_controllers::run(client, registries, config, stopped())).boxed());
         println!("cnpool dev: operator and simulated node side running");
     } else {
         println!("cnpool dev: simulated node side running (no operator); start one with");
@@ -106,30 +138,39 @@ async fn cluster_client(path: &std::path::Path) -> anyhow::Result<kube::Client> 
     kube::Client::try_from(config).context("--cluster: building the Kubernetes client")
 }
 
-async fn serve_hakeeper(address: SocketAddr, registry: MemoryRegistry) -> anyhow::Result<HaKeeperServer> {
+const SIGUSR1: (SignalKind, &str) = (SignalKind::user_defined1(), "SIGUSR1");
+const SIGUSR2: (SignalKind, &str) = (SignalKind::user_defined2(), "SIGUSR2");
+
+/// A simulated MatrixOne cluster whose HAKeeper serves on `address` (the
+/// value of `flag`), stopped and started by `signal`.
+async fn simulate_cluster(
+    log_set: &'static str,
+    address: SocketAddr,
+    flag: &str,
+    signal: (SignalKind, &'static str),
+) -> anyhow::Result<SimulatedCluster> {
     if !address.ip().is_loopback() {
-        anyhow::bail!(
-            "--hakeeper-listen {address}: the simulated HAKeeper only listens on loopback; use 127.0.0.1:PORT"
-        );
+        anyhow::bail!("{flag} {address}: the simulated HAKeeper only listens on loopback; use 127.0.0.1:PORT");
     }
-    HaKeeperServer::bind(address, registry)
+    let registry = MemoryRegistry::new();
+    let hakeeper = HaKeeperServer::bind(address, registry.clone())
         .await
-        .with_context(|| format!("--hakeeper-listen {address}: cannot bind; is the port in use?"))
+        .with_context(|| format!("{flag} {address}: cannot bind; is the port in use?"))?;
+    Ok(SimulatedCluster { log_set, registry, hakeeper, signal })
 }
 
-/// Stops and restarts the simulated HAKeeper on each SIGUSR1, on the port it
-/// first bound, until `shutdown`.
-async fn toggle_hakeeper_on_sigusr1(
-    hakeeper: HaKeeperServer,
-    registry: MemoryRegistry,
-    shutdown: impl Future<Output = ()>,
-) {
+/// Stops and restarts the cluster's simulated HAKeeper on each of its
+/// signal, on the port it first bound, until `shutdown`.
+async fn toggle_hakeeper_on_signal(cluster: SimulatedCluster, shutdown: impl Future<Output = ()>) {
+    let SimulatedCluster { log_set, registry, hakeeper, signal: (kind, name) } = cluster;
     let address = hakeeper.local_addr();
+    // The first cluster's lines are the ones scripts and tests have read.
+    let which = if log_set == "mo" { String::new() } else { format!(" of LogSet {log_set}") };
     let mut running = Some(hakeeper);
-    let mut signals = match signal(SignalKind::user_defined1()) {
+    let mut signals = match signal(kind) {
         Ok(signals) => signals,
         Err(error) => {
-            tracing::warn!(%error, "cannot listen for SIGUSR1; the simulated HAKeeper cannot be stopped");
+            tracing::warn!(%error, signal = name, "cannot listen for the signal; this simulated HAKeeper cannot be stopped");
             shutdown.await;
             return;
         }
@@ -143,21 +184,100 @@ async fn toggle_hakeeper_on_sigusr1(
         running = match running.take() {
             Some(server) => {
                 server.shutdown().await;
-                println!("cnpool dev: HAKeeper stopped (SIGUSR1 starts it again)");
+                println!("cnpool dev: HAKeeper{which} stopped ({name} starts it again)");
                 None
             }
             None => match HaKeeperServer::bind(address, registry.clone()).await {
                 Ok(server) => {
-                    println!("cnpool dev: HAKeeper started again on {address}");
+                    println!("cnpool dev: HAKeeper{which} started again on {address}");
                     Some(server)
                 }
                 Err(error) => {
-                    println!("cnpool dev: HAKeeper cannot start again on {address}: {error}");
+                    println!("cnpool dev: HAKeeper{which} cannot start again on {address}: {error}");
                     None
                 }
             },
         };
     }
+}
+
+/// The namespace of the dev LogSets: the one `kubectl apply -f examples/`
+/// puts the example pools in.
+const LOG_SET_NAMESPACE: &str = "default";
+/// Marks the LogSets `cnpool dev` made, so that it replaces only those.
+const DEV_MANAGED: (&str, &str) = ("app.kubernetes.io/managed-by", "cnpool-dev");
+
+/// Makes each cluster's LogSet say where its HAKeeper is (installing the
+/// stand-in LogSet CRD where none is), as matrixone-operator's LogSet
+/// controller would. A LogSet of that name `cnpool dev` did not make is left
+/// alone, with a line saying so.
+async fn publish_log_sets(client: &kube::Client, clusters: &[&SimulatedCluster]) -> anyhow::Result<()> {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let stand_in = cnpool_api::crd::log_set_stand_in();
+    let name = stand_in.metadata.name.clone().unwrap_or_default();
+    if crds.get_opt(&name).await.with_context(|| format!("reading CRD {name}"))?.is_none() {
+        crds.create(&PostParams::default(), &stand_in).await.with_context(|| format!("installing CRD {name}"))?;
+    }
+    let log_sets: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), LOG_SET_NAMESPACE, &cnpool_api::hakeeper::log_set_resource());
+    for cluster in clusters {
+        let wanted = log_set(cluster.log_set, cluster.hakeeper.local_addr());
+        // A CRD just created may take a moment to be served.
+        let current = retry_while_not_served(|| log_sets.get_opt(cluster.log_set)).await?;
+        let result = match current {
+            None => log_sets.create(&PostParams::default(), &wanted).await,
+            Some(current) if current.labels().get(DEV_MANAGED.0).map(String::as_str) == Some(DEV_MANAGED.1) => {
+                let mut replaced = wanted.clone();
+                replaced.metadata.resource_version = current.metadata.resource_version;
+                log_sets.replace(cluster.log_set, &PostParams::default(), &replaced).await
+            }
+            Some(_) => {
+                println!(
+                    "cnpool dev: LogSet {LOG_SET_NAMESPACE}/{} exists and is not cnpool dev's; left as it is",
+                    cluster.log_set
+                );
+                continue;
+            }
+        };
+        result.with_context(|| format!("writing LogSet {LOG_SET_NAMESPACE}/{}", cluster.log_set))?;
+    }
+    Ok(())
+}
+
+/// Calls `read` until the LogSet kind is served (at most 10 s).
+async fn retry_while_not_served<T, F, Fut>(read: F) -> anyhow::Result<T>
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = Result<T, kube::Error>>,
+{
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        match read().await {
+            Err(kube::Error::Api(status)) if status.code == 404 && tokio::time::Instant::now() < deadline => {
+                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            }
+            result => return result.context("reading the dev LogSets"),
+        }
+    }
+}
+
+/// The LogSet `name` of a simulated cluster whose HAKeeper is at `hakeeper`,
+/// Ready and Synced as matrixone-operator leaves a running one.
+fn log_set(name: &str, hakeeper: SocketAddr) -> DynamicObject {
+    let ready = |type_: &str| {
+        json!({"type": type_, "status": "True", "reason": type_, "message": "simulated by cnpool dev",
+               "lastTransitionTime": "2026-01-01T00:00:00Z"})
+    };
+    let mut object = DynamicObject::new(name, &cnpool_api::hakeeper::log_set_resource()).within(LOG_SET_NAMESPACE);
+    object.metadata.labels = Some([(DEV_MANAGED.0.to_owned(), DEV_MANAGED.1.to_owned())].into());
+    object.data = json!({
+        "spec": {"replicas": 1},
+        "status": {
+            "discovery": {"address": hakeeper.ip().to_string(), "port": hakeeper.port()},
+            "conditions": [ready("Ready"), ready("Synced")],
+        },
+    });
+    object
 }
 
 type Serving = futures::future::BoxFuture<'static, std::io::Result<()>>;

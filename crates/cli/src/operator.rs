@@ -46,8 +46,11 @@ pub struct OperatorArgs {
     /// them back.
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..))]
     burst: u32,
-    /// `host:port` of the MatrixOne log set's discovery service, e.g.
-    /// `mo-log-discovery.mo.svc:32001`; HAKeeper is found through it.
+    /// `host:port` of the MatrixOne log set's discovery service of pools
+    /// without `spec.deps`, e.g. `mo-log-discovery.mo.svc:32001`; HAKeeper
+    /// is found through it. A pool with deps uses the HAKeeper they name
+    /// (`externalLogSet.haKeeperEndpoint`, or its LogSet's
+    /// `status.discovery`), through a client of its own per cluster.
     #[arg(long, value_name = "HOST:PORT")]
     hakeeper_discovery: String,
     /// How long a running pod's store may be missing from HAKeeper before
@@ -150,7 +153,15 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
     let kube_config = kube_config(args.kubeconfig.as_deref()).await?;
     let default_namespace = kube_config.default_namespace.clone();
     let client = client(kube_config, &telemetry, (args.qps, args.burst), shadow.clone())?;
-    let registry = shadow::Registry::new(morpc_registry(&args.hakeeper_discovery, morpc_metrics)?, shadow.clone());
+    check_discovery(&args.hakeeper_discovery)?;
+    let withheld = shadow.clone();
+    let registries = RegistryFactory {
+        default_address: args.hakeeper_discovery.clone(),
+        open: Arc::new(move |address: &str| {
+            let client = MorpcRegistry::observed(MorpcOptions::new(address), morpc_metrics.clone());
+            shadow::Registry::new(client, withheld.clone())
+        }),
+    };
     let config = cnpool_controllers::Config {
         workers: args.workers,
         store_missing_bound: args.store_missing_bound,
@@ -207,12 +218,12 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
             let namespace = args.lease_namespace.clone().unwrap_or(default_namespace);
             let lease =
                 LeaseSettings { name: args.lease_name.clone(), namespace, identity, duration: args.lease_duration };
-            let controllers = Controllers { client, registry, config, namespaces, telemetry };
+            let controllers = Controllers { client, registries, config, namespaces, telemetry };
             lead_then_run(controllers, probe_state, lease, shutdown).await
         } else {
             probe_state.set_standing_by(false);
             metrics.set_leader(true);
-            Controllers { client, registry, config, namespaces, telemetry }.run(shutdown).await;
+            Controllers { client, registries, config, namespaces, telemetry }.run(shutdown).await;
             Ok(())
         }
     };
@@ -283,13 +294,29 @@ fn scope_names(namespaces: &[String]) -> String {
 /// operator needs rights in those namespaces only.
 struct Controllers<R> {
     client: kube::Client,
-    registry: R,
+    registries: RegistryFactory<R>,
     config: cnpool_controllers::Config,
     namespaces: Vec<String>,
     telemetry: Telemetry,
 }
 
-impl<R: StoreRegistry + Clone + 'static> Controllers<R> {
+/// How each set of controllers opens its clients, one per MatrixOne
+/// cluster its pools use: each set (a namespace, a leadership term) keeps
+/// its own, so that a set dropping a cluster closes nothing another uses.
+struct RegistryFactory<R> {
+    /// `--hakeeper-discovery`: pools without deps.
+    default_address: String,
+    open: Arc<dyn Fn(&str) -> R + Send + Sync>,
+}
+
+impl<R: 'static> RegistryFactory<R> {
+    fn registries(&self) -> cnpool_controllers::Registries<R> {
+        let open = Arc::clone(&self.open);
+        cnpool_controllers::Registries::new(self.default_address.clone(), move |address: &str| open(address))
+    }
+}
+
+impl<R: StoreRegistry + 'static> Controllers<R> {
     /// Runs them until `shutdown`.
     async fn run(&self, shutdown: Shared<BoxFuture<'static, ()>>) {
         self.telemetry.restart();
@@ -299,7 +326,7 @@ impl<R: StoreRegistry + Clone + 'static> Controllers<R> {
             let config = cnpool_controllers::Config { namespace, ..self.config.clone() };
             cnpool_controllers::run_observed(
                 self.client.clone(),
-                self.registry.clone(),
+                self.registries.registries(),
                 config,
                 self.telemetry.clone(),
                 shutdown.clone(),
@@ -319,7 +346,7 @@ struct LeaseSettings {
 /// Waits for the lease, runs the controllers while it is held, and stands
 /// by again when it is lost, until `shutdown`; then gives the lease up so
 /// that another replica takes over at once.
-async fn lead_then_run<R: StoreRegistry + Clone + 'static>(
+async fn lead_then_run<R: StoreRegistry + 'static>(
     controllers: Controllers<R>,
     probes: probes::State,
     lease: LeaseSettings,
@@ -389,9 +416,8 @@ async fn lead_then_run<R: StoreRegistry + Clone + 'static>(
     Ok(())
 }
 
-/// The registry of the MatrixOne cluster whose log set's discovery service
-/// is at `discovery`, counting its calls in `calls`.
-pub fn morpc_registry(discovery: &str, calls: MorpcMetrics) -> anyhow::Result<MorpcRegistry> {
+/// Refuses a `--hakeeper-discovery` that is not `host:port`.
+fn check_discovery(discovery: &str) -> anyhow::Result<()> {
     let valid = discovery.rsplit_once(':').is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
     if !valid {
         anyhow::bail!(
@@ -399,7 +425,7 @@ pub fn morpc_registry(discovery: &str, calls: MorpcMetrics) -> anyhow::Result<Mo
              e.g. mo-log-discovery.mo.svc:32001"
         );
     }
-    Ok(MorpcRegistry::observed(MorpcOptions::new(discovery), calls))
+    Ok(())
 }
 
 /// The client configuration of `kubeconfig`, else of `$KUBECONFIG`, else

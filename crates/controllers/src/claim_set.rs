@@ -111,7 +111,7 @@ pub fn error_policy<R>(set: Arc<CNClaimSet>, error: &Error, ctx: Arc<Context<R>>
 
 /// Reads a member with the pod it holds, if the cache has that pod and it
 /// carries the member's UID (scale-in reads the pod's deletion order).
-fn read_member<R>(ctx: &Context<R>, claim: &CNClaim) -> Result<MemberView, Error> {
+fn read_member<R: Send + Sync>(ctx: &Context<R>, claim: &CNClaim) -> Result<MemberView, Error> {
     let uid = claim.uid();
     let namespace = claim.namespace().unwrap_or_default();
     let pod = Some(&claim.spec.pod_name)

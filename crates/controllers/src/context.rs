@@ -1,15 +1,18 @@
-//! What every reconcile shares: the client, the registry, the caches, the
+//! What every reconcile shares: the client, the registries (one per
+//! MatrixOne cluster) and the LogSets that say which a pool uses, the caches, the
 //! wakers, and this process's memory between reconciles, each a small
 //! struct named for what it holds (store listing, backoff, recent acquires,
 //! migrations, rollouts, expected writes, own writes), and the Event
 //! recorder.
 
+use std::collections::BTreeSet;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use cnpool_api::{CNClaim, CNPool};
+use cnpool_api::{CNClaim, CNPool, labels};
 use cnpool_core::model::PoolView;
+use cnpool_core::waiting::Reachability;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 use kube::api::ApiResource;
@@ -17,20 +20,26 @@ use kube::api::ApiResource;
 use crate::Config;
 use crate::backoff::Backoff;
 use crate::cache::{ClaimSets, Claims, Pods, Pools};
+use crate::clusters::{LogSets, Unresolved, cluster_of};
 use crate::events::Recorder;
 use crate::expected::Expected;
 use crate::lately::{ClaimsTookLately, PodsTakenLately, Rollouts};
 use crate::metrics::Metrics;
 use crate::migrations::Migrations;
 use crate::nodes::CordonedNodes;
-use crate::observe::Observer;
+use crate::observe::{Observer, StoresOfPool};
 use crate::own_writes::OwnWrites;
+use crate::registries::{ClusterRegistry, Registries};
 use crate::stores::StoreSnapshot;
 use crate::wakers::Wakers;
 
 pub struct Context<R> {
     pub client: kube::Client,
-    pub registry: R,
+    /// The HAKeeper client and store listing of each MatrixOne cluster a
+    /// pool uses.
+    pub registries: Registries<R>,
+    /// The LogSets pools name in `spec.deps.logSet`.
+    pub(crate) log_sets: Arc<LogSets>,
     pub config: Config,
     pub pods: Arc<Pods>,
     pub claims: Arc<Claims>,
@@ -45,8 +54,6 @@ pub struct Context<R> {
     pub(crate) budgets_refused: AtomicBool,
     pub wake: Wakers,
     pub metrics: Arc<Metrics>,
-    /// What HAKeeper's store list said when last read.
-    pub(crate) stores: StoreSnapshot,
     /// Growing delays per object, one series per reason to wait.
     pub(crate) backoff: Backoff,
     /// Pods this process acquired lately (by pod UID).
@@ -85,7 +92,7 @@ impl<R> Context<R> {
         self.config.clock.now()
     }
 
-    pub fn new(client: kube::Client, registry: R, config: Config, metrics: Arc<Metrics>) -> Self {
+    pub fn new(client: kube::Client, registries: Registries<R>, config: Config, metrics: Arc<Metrics>) -> Self {
         Self {
             wake: Wakers::new(config.wake_interval, config.pool_wake_interval),
             claim_writes: OwnWrites::new(config.requeue_max),
@@ -97,7 +104,8 @@ impl<R> Context<R> {
             claims_took_lately: ClaimsTookLately::new(config.requeue_max),
             migrations: Migrations::new(config.clock.clone(), Arc::clone(&metrics)),
             client,
-            registry,
+            registries,
+            log_sets: Arc::default(),
             config,
             pods: Arc::default(),
             claims: Arc::default(),
@@ -107,7 +115,6 @@ impl<R> Context<R> {
             disruption_budgets: tokio::sync::OnceCell::new(),
             budgets_refused: AtomicBool::new(false),
             metrics,
-            stores: StoreSnapshot::default(),
             expected: Expected::default(),
             expected_members: Expected::default(),
             rollouts: Rollouts::default(),
@@ -115,15 +122,30 @@ impl<R> Context<R> {
         }
     }
 
-    /// How pods read now, against the cordoned nodes and the store listing.
-    pub fn observer(&self) -> Observer<'_> {
-        Observer {
-            nodes: &self.nodes,
-            stores: &self.stores,
-            now: self.now(),
-            store_missing_bound: self.config.store_missing_bound,
-            store_registration_grace: self.config.store_registration_grace,
-        }
+    /// The MatrixOne cluster of the pool `namespace/pool`, as its deps say.
+    pub fn cluster_of_pool(&self, namespace: &str, pool: &str) -> Result<Arc<ClusterRegistry<R>>, Unresolved> {
+        let unknown = || Unresolved::UnknownPool { namespace: namespace.to_owned(), name: pool.to_owned() };
+        let pool = self.pools.get(&(namespace.to_owned(), pool.to_owned())).ok_or_else(unknown)?;
+        Ok(self.registries.get(&cluster_of(&pool, &self.log_sets, self.registries.default_address())?))
+    }
+
+    /// The MatrixOne cluster of a pool pod's pool.
+    pub fn cluster_of_pod(&self, pod: &Pod) -> Result<Arc<ClusterRegistry<R>>, Unresolved> {
+        let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
+        let pool = pod.metadata.labels.as_ref().and_then(|labels| labels.get(labels::POOL_NAME));
+        self.cluster_of_pool(namespace, pool.map(String::as_str).unwrap_or_default())
+    }
+
+    /// Whether the HAKeeper of the pool `namespace/pool` answers; an
+    /// unresolved one does not.
+    pub(crate) fn reachability_of(&self, namespace: &str, pool: &str) -> Reachability {
+        self.cluster_of_pool(namespace, pool).map_or(Reachability::Unreachable, |cluster| cluster.stores.reachability())
+    }
+
+    /// The clusters the cached pools use.
+    pub(crate) fn wanted_clusters(&self) -> BTreeSet<String> {
+        let default = self.registries.default_address();
+        self.pools.all().iter().filter_map(|(pool, _)| cluster_of(pool, &self.log_sets, default).ok()).collect()
     }
 
     /// The requeue after a status or condition write refused as stale. The
@@ -182,5 +204,24 @@ impl<R> Context<R> {
         if let Err(error) = self.recorder.publish(object, warning, reason, action, note, self.now()).await {
             tracing::debug!(%error, reason, "could not publish an Event");
         }
+    }
+}
+
+impl<R: Send + Sync> Context<R> {
+    /// How pods read now, against the cordoned nodes and each pool's cluster's store listing.
+    pub fn observer(&self) -> Observer<'_> {
+        Observer {
+            nodes: &self.nodes,
+            stores: self,
+            now: self.now(),
+            store_missing_bound: self.config.store_missing_bound,
+            store_registration_grace: self.config.store_registration_grace,
+        }
+    }
+}
+
+impl<R> StoresOfPool for Context<R> {
+    fn stores_of(&self, namespace: &str, pool: &str) -> Option<Arc<StoreSnapshot>> {
+        self.cluster_of_pool(namespace, pool).ok().map(|cluster| Arc::clone(&cluster.stores))
     }
 }

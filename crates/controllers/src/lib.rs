@@ -14,7 +14,10 @@
 //!   missing, template revision) — no controller imports another;
 //! - `nodes`: which nodes are cordoned, from a watch of Nodes (node
 //!   maintenance: their pods read as cordoned);
-//! - `registry_poll`: HAKeeper's store list, read into `stores`;
+//! - [`clusters`]: which MatrixOne cluster (HAKeeper) each pool uses, from
+//!   its `spec.deps` and the LogSets it names;
+//! - [`registries`]: one HAKeeper client and store listing per cluster;
+//! - `registry_poll`: each cluster's store list, read into its `stores`;
 //! - [`cutover`]: the cutover time, read from (or first recorded in) the
 //!   cluster at start: only claims older than it adopt Go-bound pods;
 //! - `conditions`: setting a status condition, kept once for every kind;
@@ -36,6 +39,7 @@ pub mod cache;
 pub mod claim;
 pub mod claim_set;
 mod clock;
+pub mod clusters;
 mod conditions;
 mod config;
 mod context;
@@ -53,6 +57,7 @@ mod observe;
 mod own_writes;
 pub mod ownership;
 pub mod pool;
+pub mod registries;
 mod registry_poll;
 mod requests;
 #[cfg(feature = "sabotage")]
@@ -86,6 +91,7 @@ pub use error::Error;
 use health::ControllerHealth;
 pub use health::Health;
 pub use metrics::Metrics;
+pub use registries::Registries;
 pub use requests::CountRequestsLayer;
 pub use wakers::Triggers;
 
@@ -150,20 +156,20 @@ impl Telemetry {
 /// have stopped.
 pub async fn run<R>(
     client: kube::Client,
-    registry: R,
+    registries: Registries<R>,
     config: Config,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) where
     R: StoreRegistry + 'static,
 {
-    run_observed(client, registry, config, Telemetry::default(), shutdown).await;
+    run_observed(client, registries, config, Telemetry::default(), shutdown).await;
 }
 
 /// [`run`], reporting to `telemetry`. A caller that runs the controllers
 /// again with the same telemetry calls [`Telemetry::restart`] first.
 pub async fn run_observed<R>(
     client: kube::Client,
-    registry: R,
+    registries: Registries<R>,
     config: Config,
     telemetry: Telemetry,
     shutdown: impl Future<Output = ()> + Send + 'static,
@@ -172,7 +178,7 @@ pub async fn run_observed<R>(
 {
     let shutdown = shutdown.boxed().shared();
     let Wiring { ctx, informers, pods, claims, pools, claim_sets, triggers, health } =
-        wire(client, registry, config, &telemetry, shutdown.clone());
+        wire(client, registries, config, &telemetry, shutdown.clone());
     let controller_config = controller::Config::default().concurrency(ctx.config.workers);
     let claim_controller = Controller::for_stream(futures::stream::pending(), claims)
         .reconcile_on(queued(&health.claims, triggers.claims))
@@ -314,7 +320,7 @@ impl ControllersHealth {
 /// nothing runs until the returned futures are polled.
 pub fn wire<R>(
     client: kube::Client,
-    registry: R,
+    registries: Registries<R>,
     config: Config,
     telemetry: &Telemetry,
     shutdown: Shared<BoxFuture<'static, ()>>,
@@ -322,7 +328,7 @@ pub fn wire<R>(
 where
     R: StoreRegistry + 'static,
 {
-    let ctx = Arc::new(Context::new(client.clone(), registry, config, Arc::clone(&telemetry.metrics)));
+    let ctx = Arc::new(Context::new(client.clone(), registries, config, Arc::clone(&telemetry.metrics)));
     let listed = || {
         let listed = Arc::clone(&telemetry.listed);
         move || {
@@ -390,14 +396,26 @@ where
             cache::Progress { delivered: delivered(&health.claim_sets), first_list: listed() },
             shutdown.clone(),
         ),
-        registry_poll::poll_registry(ctx.clone(), shutdown.clone()),
+        registry_poll::poll_registries(ctx.clone(), shutdown.clone()),
     );
     let stats = store::poll_stats(ctx.clone(), shutdown.clone());
     let cutover = cutover::establish(ctx.clone(), shutdown.clone());
     let node_ctx = ctx.clone();
-    let cordons =
-        nodes::watch(ctx.client.clone(), ctx.nodes.clone(), move |node| wake::node_changed(&node_ctx, node), shutdown);
-    let informers = futures::future::join4(informers, stats, cordons, cutover).map(drop).boxed();
+    let cordons = nodes::watch(
+        ctx.client.clone(),
+        ctx.nodes.clone(),
+        move |node| wake::node_changed(&node_ctx, node),
+        shutdown.clone(),
+    );
+    let log_set_ctx = ctx.clone();
+    let log_sets = clusters::watch(
+        ctx.client.clone(),
+        ctx.config.namespace.clone(),
+        ctx.log_sets.clone(),
+        move || wake::log_sets_changed(&log_set_ctx),
+        shutdown,
+    );
+    let informers = futures::future::join5(informers, stats, cordons, cutover, log_sets).map(drop).boxed();
     let triggers = ctx.wake.take_receivers();
     Wiring { ctx, informers, pods, claims, pools, claim_sets, triggers, health }
 }

@@ -6,6 +6,7 @@
 //! importing another.
 
 use std::fmt::Write as _;
+use std::sync::Arc;
 use std::time::Duration;
 
 use cnpool_api::{PodPhase, labels};
@@ -21,10 +22,17 @@ use crate::error::Error;
 use crate::nodes::CordonedNodes;
 use crate::stores::StoreSnapshot;
 
+/// The store listing of the MatrixOne cluster a pool's pods register in;
+/// `None` while the pool's HAKeeper is not known.
+pub trait StoresOfPool {
+    fn stores_of(&self, namespace: &str, pool: &str) -> Option<Arc<StoreSnapshot>>;
+}
+
 /// What a pod is read against besides its object.
 pub struct Observer<'a> {
     pub nodes: &'a CordonedNodes,
-    pub stores: &'a StoreSnapshot,
+    /// Each pool's cluster's store listing.
+    pub stores: &'a (dyn StoresOfPool + Sync),
     /// The time of day of the reading.
     pub now: Timestamp,
     /// How long an unowned pod's store may be missing before the pod counts
@@ -53,8 +61,9 @@ impl Observer<'_> {
             missing_for.is_some_and(|missing| SignedDuration::try_from(bound).is_ok_and(|bound| missing >= bound))
         };
         view.failed |= missing_at_least(self.store_missing_bound) && !view.deleting;
-        view.store_overdue =
-            missing_at_least(self.store_registration_grace) && self.stores.reachability() == Reachability::Reachable;
+        let reachable =
+            self.stores_of(pod, &view).is_some_and(|stores| stores.reachability() == Reachability::Reachable);
+        view.store_overdue = missing_at_least(self.store_registration_grace) && reachable;
         Ok(view)
     }
 
@@ -88,8 +97,14 @@ impl Observer<'_> {
             Some(PodPhase::Unknown) => Some(cn_started_at(pod)?),
             _ => return None,
         };
-        let since = self.stores.missing_since(view.store_uuid.as_deref()?, store_missing_noted(pod), self.now)?;
+        let stores = self.stores_of(pod, view)?;
+        let since = stores.missing_since(view.store_uuid.as_deref()?, store_missing_noted(pod), self.now)?;
         Some(started.map_or(since, |started| since.max(started)))
+    }
+
+    /// The store listing of the cluster of `view`'s pool.
+    fn stores_of(&self, pod: &Pod, view: &PodView) -> Option<Arc<StoreSnapshot>> {
+        self.stores.stores_of(pod.metadata.namespace.as_deref()?, view.pool.as_deref()?)
     }
 }
 
@@ -192,6 +207,15 @@ mod tests {
         assert_eq!(out, r#"{"a":"x","b":{"c":[{"e":null,"f":true}],"d":1}}"#);
     }
 
+    /// One cluster for every pool.
+    struct OneCluster(Arc<StoreSnapshot>);
+
+    impl StoresOfPool for OneCluster {
+        fn stores_of(&self, _: &str, _: &str) -> Option<Arc<StoreSnapshot>> {
+            Some(Arc::clone(&self.0))
+        }
+    }
+
     fn idle_pod(node: &str) -> Pod {
         serde_json::from_value(json!({
             "metadata": {
@@ -210,10 +234,11 @@ mod tests {
 
     #[test]
     fn an_idle_pod_reads_cordoned_on_a_cordoned_node_and_failed_once_its_store_is_missing_for_the_bound() {
-        let (nodes, stores) = (CordonedNodes::default(), StoreSnapshot::default());
+        let (nodes, stores) = (CordonedNodes::default(), Arc::new(StoreSnapshot::default()));
+        let cluster = OneCluster(Arc::clone(&stores));
         let observer = |seconds| Observer {
             nodes: &nodes,
-            stores: &stores,
+            stores: &cluster,
             now: at(seconds),
             store_missing_bound: Duration::from_secs(30),
             store_registration_grace: Duration::from_secs(10),
@@ -233,10 +258,11 @@ mod tests {
 
     #[test]
     fn a_store_missing_for_the_grace_is_overdue_while_hakeeper_answers_and_the_pool_is_told_when_to_look() {
-        let (nodes, stores) = (CordonedNodes::default(), StoreSnapshot::default());
+        let (nodes, stores) = (CordonedNodes::default(), Arc::new(StoreSnapshot::default()));
+        let cluster = OneCluster(Arc::clone(&stores));
         let observer = |seconds| Observer {
             nodes: &nodes,
-            stores: &stores,
+            stores: &cluster,
             now: at(seconds),
             store_missing_bound: Duration::from_secs(30),
             store_registration_grace: Duration::from_secs(10),

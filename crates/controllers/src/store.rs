@@ -38,6 +38,7 @@ use crate::context::Context;
 use crate::error::{Error, is_not_found, is_stale};
 use crate::key::{Key, Kind, key_of};
 use crate::ownership::{self, Outcome, Transition};
+use crate::registries::ClusterRegistry;
 use crate::wake;
 
 /// Refreshes the stats annotations of the Bound pods every
@@ -75,8 +76,10 @@ async fn refresh_stats<R: StoreRegistry>(ctx: &Context<R>) -> Option<(usize, Err
         .filter(|pod| std::future::ready(pod.metadata.deletion_timestamp.is_none()))
         .map(|pod| async move {
             let Some(uuid) = pod.labels().get(labels::CN_UUID) else { return Ok(()) };
-            let Some(store) = ctx.stores.get(uuid).1 else { return Ok(()) };
-            let workload = ctx.registry.workload(&store).await.map_err(Error::Registry)?;
+            // A pool whose HAKeeper is not known says so in its conditions.
+            let Ok(cluster) = ctx.cluster_of_pod(&pod) else { return Ok(()) };
+            let Some(store) = cluster.stores.get(uuid).1 else { return Ok(()) };
+            let workload = cluster.registry.workload(&store).await.map_err(Error::Registry)?;
             write_stats(ctx, &pod, workload).await
         })
         .buffered(usize::from(ctx.config.workers.max(1)))
@@ -112,12 +115,17 @@ pub async fn reconcile<R: StoreRegistry + 'static>(pod: Arc<Pod>, ctx: Arc<Conte
         return sweep_go_orphan(&ctx, &pod, &view, claim_name).await;
     }
     let pool = pool_of(&ctx, &view);
-    let (listed, store) = ctx.stores.get(&uuid);
+    let cluster = match ctx.cluster_of_pod(&pod) {
+        Ok(cluster) => cluster,
+        // Its pool's conditions say why; the LogSet watch wakes the pool.
+        Err(_) => return Ok(Action::requeue(ctx.backoff.failure(Kind::Pod, &key))),
+    };
+    let (listed, store) = cluster.stores.get(&uuid);
     if !listed {
         return Ok(Action::requeue(ctx.config.registry_poll));
     }
     let workload = match store.as_ref().filter(|_| view.phase == Some(PodPhase::Draining)) {
-        Some(store) => ctx.registry.workload(store).await.ok(),
+        Some(store) => cluster.registry.workload(store).await.ok(),
         None => None,
     };
     let store_view = store.as_ref().map(StoreView::from);
@@ -125,11 +133,11 @@ pub async fn reconcile<R: StoreRegistry + 'static>(pod: Arc<Pod>, ctx: Arc<Conte
     #[cfg(feature = "sabotage")]
     let plan = crate::sabotage::store_from_claim(&ctx, &key.0, &view, store_view.as_ref(), plan);
     if let Some(store) = store.as_ref() {
-        match write_store(&ctx, &key, &view, store, &plan.writes).await {
+        match write_store(&ctx, &cluster, &key, &view, store, &plan.writes).await {
             // The listing predates the store's removal; plan again without it.
             Err(Error::Registry(RegistryError::StoreNotFound { .. })) => {
                 tracing::debug!(pod = %view.name, store = %uuid, "store left HAKeeper since it was listed");
-                ctx.stores.forget(&uuid);
+                cluster.stores.forget(&uuid);
                 return Ok(Action::requeue(ctx.config.requeue_min));
             }
             written => written?,
@@ -196,6 +204,7 @@ fn pool_of<R>(ctx: &Context<R>, view: &PodView) -> PoolView {
 
 async fn write_store<R: StoreRegistry>(
     ctx: &Context<R>,
+    cluster: &ClusterRegistry<R>,
     pod: &Key,
     view: &PodView,
     observed: &CnStore,
@@ -208,11 +217,11 @@ async fn write_store<R: StoreRegistry>(
     for write in writes {
         match write {
             StoreWrite::ReplaceLabels(labels) => {
-                ctx.registry.replace_labels(&store.uuid, labels).await?;
+                cluster.registry.replace_labels(&store.uuid, labels).await?;
                 store.labels = labels.clone();
             }
             StoreWrite::SetState(state) => {
-                ctx.registry.patch_store(&store.uuid, *state, &StoreLabels::new()).await?;
+                cluster.registry.patch_store(&store.uuid, *state, &StoreLabels::new()).await?;
                 store.work_state = *state;
             }
         }
@@ -220,11 +229,12 @@ async fn write_store<R: StoreRegistry>(
     tracing::info!(
         pod = %view.name,
         store = %store.uuid,
+        cluster = %cluster.address,
         state = ?store.work_state,
         labels = store.labels.len(),
         "store written from pod"
     );
-    ctx.stores.wrote(store.clone());
+    cluster.stores.wrote(store.clone());
     wake::store_changed(ctx, &store.uuid, Some(pod));
     Ok(())
 }
@@ -339,7 +349,11 @@ async fn finalize<R: StoreRegistry>(ctx: &Context<R>, pod: &Pod, uuid: &str) -> 
     if !pod.finalizers().iter().any(|f| f == labels::CN_DRAINING_FINALIZER) {
         return Ok(Action::await_change());
     }
-    let removed = ctx.registry.delete_store(uuid).await;
+    let cluster = ctx.cluster_of_pod(pod);
+    let removed = match &cluster {
+        Ok(cluster) => cluster.registry.delete_store(uuid).await.map_err(|error| error.to_string()),
+        Err(unresolved) => Err(unresolved.to_string()),
+    };
     if let Err(error) = &removed {
         let grace = pod.metadata.deletion_grace_period_seconds.unwrap_or(0);
         let asked =
@@ -354,7 +368,9 @@ async fn finalize<R: StoreRegistry>(ctx: &Context<R>, pod: &Pod, uuid: &str) -> 
         let note = format!("CN store {uuid} could not be removed from HAKeeper ({error}); the pod goes anyway");
         ctx.event(&pod.object_ref(&()), true, "StoreRemovalTimedOut", "RemoveStore", note).await;
     }
-    ctx.stores.forget(uuid);
+    if let Ok(cluster) = &cluster {
+        cluster.stores.forget(uuid);
+    }
     let kept: Vec<String> = pod.finalizers().iter().filter(|f| *f != labels::CN_DRAINING_FINALIZER).cloned().collect();
     if !patch_finalizers(ctx, pod, kept).await? {
         // Refused as stale: a change is coming, or the refusal was the

@@ -371,6 +371,19 @@ pub fn store_changed<R>(ctx: &Context<R>, uuid: &str, written_for: Option<&Key>)
 /// its own when that is why it waits.
 pub fn hakeeper_changed<R>(ctx: &Context<R>, reachability: cnpool_core::waiting::Reachability) {
     tracing::debug!(?reachability, "waking the pools and the claims not yet served");
+    pools_and_waiting_claims(ctx);
+}
+
+/// The LogSets changed: a pool's HAKeeper may have been found, or moved.
+pub fn log_sets_changed<R>(ctx: &Context<R>) {
+    tracing::debug!("LogSets changed: waking the pools and the claims not yet served");
+    pools_and_waiting_claims(ctx);
+}
+
+/// Every pool, and every claim not yet served: what says whether a pool's
+/// HAKeeper answers. Pools of other clusters are woken too; their
+/// conditions do not change, so that costs them no write.
+fn pools_and_waiting_claims<R>(ctx: &Context<R>) {
     for (pool, _) in ctx.pools.all() {
         let (namespace, name) = key_of(pool.as_ref());
         ctx.wake.pool(&namespace, &name);

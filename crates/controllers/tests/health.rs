@@ -83,7 +83,7 @@ async fn a_quiet_operator_stays_healthy_and_a_hung_watch_is_reported_wedged() {
     let config = Config { namespace: Some("default".into()), ..Config::default() };
     tokio::spawn(cnpool_controllers::run_observed(
         client,
-        MemoryRegistry::new(),
+        cnpool_controllers::Registries::shared("hakeeper.test:32001", MemoryRegistry::new()),
         config,
         telemetry.clone(),
         std::future::pending(),

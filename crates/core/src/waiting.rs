@@ -152,17 +152,18 @@ impl ClaimWait {
 
 /// Why `claim` found no pod to take. `pools` are the pools of the claim's
 /// namespace; `occupancy` tells how full one is, by name; `hakeeper` whether
-/// HAKeeper answers.
+/// a pool's HAKeeper answers (each MatrixOne cluster has its own).
 ///
 /// A spec that names no pool comes first (waiting cannot help), then
-/// HAKeeper (no pool can serve without it); then the first matching pool,
+/// HAKeeper (no matching pool's HAKeeper answers); then, of the pools whose
+/// HAKeeper may answer, the first matching pool,
 /// by name, that starts a pod or has room for one, else the first one at
 /// `maxPods`.
 pub fn why_no_pod(
     claim: &ClaimView,
     pools: &[PoolView],
     occupancy: impl Fn(&PoolView) -> Occupancy,
-    hakeeper: Reachability,
+    hakeeper: impl Fn(&PoolView) -> Reachability,
 ) -> ClaimWait {
     let mut matching: Vec<&PoolView> = pools
         .iter()
@@ -174,10 +175,14 @@ pub fn why_no_pod(
     let Some(first) = matching.first() else {
         return ClaimWait::NoPoolMatches { pool_name: claim.pool_name.clone() };
     };
-    if hakeeper == Reachability::Unreachable {
+    // A pool whose HAKeeper does not answer serves no one; another
+    // cluster's pool still may.
+    let serving: Vec<&PoolView> =
+        matching.iter().copied().filter(|pool| hakeeper(pool) != Reachability::Unreachable).collect();
+    let Some(first) = serving.first() else {
         return ClaimWait::HAKeeperUnreachable { pool: Some(first.name.clone()) };
-    }
-    match matching.iter().find(|pool| !occupancy(pool).none_coming(pool)) {
+    };
+    match serving.iter().find(|pool| !occupancy(pool).none_coming(pool)) {
         Some(pool) => ClaimWait::PoolScalingOut { pool: pool.name.clone(), max_pods: pool.max_pods },
         None => ClaimWait::PoolAtMaxPods { pool: first.name.clone(), max_pods: first.max_pods.unwrap_or_default() },
     }

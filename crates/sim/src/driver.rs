@@ -17,7 +17,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use cnpool_controllers::{Config, Wiring};
+use cnpool_controllers::{Config, Registries, Wiring};
 use cnpool_registry::memory::MemoryRegistry;
 use futures::channel::mpsc::UnboundedReceiver;
 use futures::future::{BoxFuture, Shared};
@@ -32,6 +32,10 @@ use crate::ledger::Ledger;
 /// The simulated operators' stall timeout: a third of it, 290 s, is each
 /// watch's `timeoutSeconds` (see [`run_replica`]'s wiring).
 const SIM_STALL_TIMEOUT: Duration = Duration::from_secs(870);
+
+/// The simulated HAKeeper's address: the scenarios' pools have no deps, so
+/// every pool uses it, and one in-memory registry serves it.
+const SIM_HAKEEPER: &str = "sim-hakeeper:32001";
 
 /// How long `action` asks to wait before the next reconcile; `None` for
 /// "until a change". kube-runtime keeps the delay private, and `Action`'s
@@ -194,8 +198,13 @@ pub async fn run_replica(
     // the embedded server's watch timeout races the events it delivers
     // (noted; the simulator needs that race made deterministic first).
     let telemetry = cnpool_controllers::Telemetry::default().with_stall_timeout(SIM_STALL_TIMEOUT);
-    let Wiring { ctx, informers, pods, claims, pools, claim_sets, triggers, .. } =
-        cnpool_controllers::wire(client, registry, config, &telemetry, shutdown.clone());
+    let Wiring { ctx, informers, pods, claims, pools, claim_sets, triggers, .. } = cnpool_controllers::wire(
+        client,
+        Registries::shared(SIM_HAKEEPER, registry),
+        config,
+        &telemetry,
+        shutdown.clone(),
+    );
     let claim_controller = Controller {
         replica: replica.clone(),
         kind: "CNClaim",

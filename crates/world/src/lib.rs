@@ -16,6 +16,11 @@
 //!   `stop_delay`, which ends its CN (its store leaves HAKeeper); once no
 //!   finalizer holds the pod any more, the world completes the graceful
 //!   deletion with a delete of grace period 0, as a kubelet does.
+//! - **Clusters**: a CN registers with the HAKeeper of its pool's MatrixOne
+//!   cluster, as its pool's `spec.deps` names it
+//!   ([`cnpool_api::hakeeper::hakeeper_source`]): the world's registry for
+//!   pools without deps and for clusters it was not given
+//!   ([`World::with_cluster`]).
 //! - **Faults**: [`World::crash`] fails a CN's pod, [`World::vanish_store`]
 //!   drops a store from HAKeeper while its pod runs.
 //! - **Query services**: with `cn_query_services`, each running CN serves
@@ -27,11 +32,13 @@
 //! Nothing here draws random numbers: delays are parameters, pod IPs come
 //! from a counter, so the same inputs give the same writes.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
+use cnpool_api::CNPool;
+use cnpool_api::hakeeper::{HaKeeperSource, hakeeper_source, log_set_discovery, log_set_resource};
 use cnpool_api::labels;
 use cnpool_morpc::server::{ServerHandle, bind_query_service};
 use cnpool_registry::Workload;
@@ -99,6 +106,8 @@ struct PodState {
     binding_epoch: u64,
     /// The CN's query service while it runs; dropping it stops it.
     query_service: Option<ServerHandle>,
+    /// The HAKeeper the CN registered with, once started.
+    registry: Option<MemoryRegistry>,
 }
 
 #[derive(Default)]
@@ -117,6 +126,8 @@ type Now = Arc<dyn Fn() -> Timestamp + Send + Sync>;
 pub struct World {
     client: kube::Client,
     registry: MemoryRegistry,
+    /// The HAKeepers of other MatrixOne clusters, by `host:port`.
+    clusters: Arc<BTreeMap<String, MemoryRegistry>>,
     config: Arc<WorldConfig>,
     state: Arc<Mutex<State>>,
     now: Now,
@@ -124,7 +135,21 @@ pub struct World {
 
 impl World {
     pub fn new(client: kube::Client, registry: MemoryRegistry, config: WorldConfig) -> Self {
-        Self { client, registry, config: Arc::new(config), state: Arc::default(), now: Arc::new(Timestamp::now) }
+        Self {
+            client,
+            registry,
+            clusters: Arc::default(),
+            config: Arc::new(config),
+            state: Arc::default(),
+            now: Arc::new(Timestamp::now),
+        }
+    }
+
+    /// CNs of pools whose deps name the HAKeeper at `address` register in
+    /// `registry`.
+    pub fn with_cluster(mut self, address: impl Into<String>, registry: MemoryRegistry) -> Self {
+        Arc::make_mut(&mut self.clusters).insert(address.into(), registry);
+        self
     }
 
     /// Reads the time of day from `now` instead of the system clock (the
@@ -142,9 +167,50 @@ impl World {
         Timestamp::from_second(now.as_second()).unwrap_or(now).to_string()
     }
 
-    /// The HAKeeper the world's CNs register with.
+    /// The HAKeeper the CNs of pools without deps register with.
     pub fn registry(&self) -> &MemoryRegistry {
         &self.registry
+    }
+
+    /// The HAKeeper at `address`: the one of the cluster given for it
+    /// ([`Self::with_cluster`]), else the world's own.
+    pub fn cluster_registry(&self, address: &str) -> MemoryRegistry {
+        self.clusters.get(address).cloned().unwrap_or_else(|| self.registry.clone())
+    }
+
+    /// The HAKeeper the CN of the pod `uid` registered with.
+    fn registry_of(&self, uid: Option<&str>) -> MemoryRegistry {
+        let state = self.state();
+        let registered = uid.and_then(|uid| state.pods.get(uid)).and_then(|entry| entry.registry.clone());
+        registered.unwrap_or_else(|| self.registry.clone())
+    }
+
+    /// The HAKeeper of the pod's pool's cluster, read from its pool and
+    /// LogSet now; the world's own when it was given no other cluster.
+    async fn cluster_of(&self, pod: &Pod) -> MemoryRegistry {
+        if self.clusters.is_empty() {
+            return self.registry.clone();
+        }
+        match self.cluster_address(pod).await {
+            Some(address) => self.cluster_registry(&address),
+            None => self.registry.clone(),
+        }
+    }
+
+    async fn cluster_address(&self, pod: &Pod) -> Option<String> {
+        let namespace = pod.metadata.namespace.as_deref()?;
+        let pool_name = pod.metadata.labels.as_ref()?.get(labels::POOL_NAME)?;
+        let pools: Api<CNPool> = Api::namespaced(self.client.clone(), namespace);
+        let pool = pools.get_opt(pool_name).await.ok()??;
+        match hakeeper_source(&pool) {
+            HaKeeperSource::Endpoint(endpoint) => Some(endpoint.to_owned()),
+            HaKeeperSource::Default => None,
+            HaKeeperSource::LogSet(namespace, name) => {
+                let log_sets: Api<DynamicObject> =
+                    Api::namespaced_with(self.client.clone(), &namespace, &log_set_resource());
+                log_set_discovery(&log_sets.get_opt(&name).await.ok()??.data)
+            }
+        }
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
@@ -218,7 +284,7 @@ impl World {
         }
         if binding_changed && let Some(uuid) = store_uuid(&pod) {
             if bound {
-                self.registry
+                self.registry_of(pod.metadata.uid.as_deref())
                     .set_workload(&uuid, Workload { sessions: self.config.sessions_per_cn, ..Workload::default() });
             } else {
                 tokio::spawn(self.clone().sessions_leave(pod.metadata.uid.clone().unwrap_or_default(), uuid, epoch));
@@ -253,12 +319,13 @@ impl World {
     }
 
     fn forget(&self, pod: &Pod) {
+        let registry = self.registry_of(pod.metadata.uid.as_deref());
         if let Some(uid) = pod.metadata.uid.as_deref() {
             self.state().pods.remove(uid);
         }
         // A CN whose pod is gone no longer heartbeats.
         if let Some(uuid) = store_uuid(pod) {
-            self.registry.remove_store(&uuid);
+            registry.remove_store(&uuid);
         }
     }
 
@@ -291,12 +358,18 @@ impl World {
             return;
         }
         if let Some(uuid) = store_uuid(&pod) {
+            let registry = self.cluster_of(&pod).await;
+            let uid = pod.metadata.uid.clone().unwrap_or_default();
+            // A pod that went away meanwhile registers nothing the world must remember.
+            if let Some(entry) = self.state().pods.get_mut(&uid) {
+                entry.registry = Some(registry.clone());
+            }
             let address = |port: u16| format!("{pod_ip}:{port}");
-            let query_address = match self.start_query_service(&pod, &uuid).await {
+            let query_address = match self.start_query_service(&pod, &uuid, &registry).await {
                 Some(served) => served,
                 None => address(19998),
             };
-            self.registry.register_store(
+            registry.register_store(
                 &uuid,
                 StoreAddresses {
                     service_address: address(6001),
@@ -311,11 +384,11 @@ impl World {
 
     /// Serves the CN's query service on loopback when the world is set to;
     /// returns the address it serves on.
-    async fn start_query_service(&self, pod: &Pod, uuid: &str) -> Option<String> {
+    async fn start_query_service(&self, pod: &Pod, uuid: &str, registry: &MemoryRegistry) -> Option<String> {
         if !self.config.cn_query_services {
             return None;
         }
-        let service = match bind_query_service("127.0.0.1:0", self.registry.clone(), uuid).await {
+        let service = match bind_query_service("127.0.0.1:0", registry.clone(), uuid).await {
             Ok(service) => service,
             Err(error) => {
                 tracing::warn!(store = %uuid, %error, "world: cannot serve the CN's query service on loopback");
@@ -358,7 +431,7 @@ impl World {
     async fn stop(self, pod: Arc<Pod>) {
         tokio::time::sleep(self.config.stop_delay).await;
         if let Some(uuid) = store_uuid(&pod) {
-            self.registry.remove_store(&uuid);
+            self.registry_of(pod.metadata.uid.as_deref()).remove_store(&uuid);
         }
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         if let Some(entry) = self.state().pods.get_mut(&uid) {
@@ -393,7 +466,7 @@ impl World {
         tokio::time::sleep(self.config.session_leave_delay).await;
         let still_unbound = self.state().pods.get(&pod_uid).is_some_and(|entry| entry.binding_epoch == epoch);
         if still_unbound {
-            self.registry.set_workload(&uuid, Workload::default());
+            self.registry_of(Some(&pod_uid)).set_workload(&uuid, Workload::default());
         }
     }
 
@@ -415,7 +488,7 @@ impl World {
         }});
         pods.patch_status(name, &PatchParams::default(), &Patch::Merge(&status)).await.map_err(kube_error)?;
         if let Some(uuid) = store_uuid(&pod) {
-            self.registry.remove_store(&uuid);
+            self.registry_of(pod.metadata.uid.as_deref()).remove_store(&uuid);
         }
         if let Some(uid) = pod.metadata.uid.as_deref()
             && let Some(entry) = self.state().pods.get_mut(uid)
@@ -428,7 +501,11 @@ impl World {
     /// A store drops out of HAKeeper while its pod goes on running. Returns
     /// whether it was registered.
     pub fn vanish_store(&self, uuid: &str) -> bool {
-        self.registry.remove_store(uuid)
+        let mut removed = self.registry.remove_store(uuid);
+        for registry in self.clusters.values() {
+            removed |= registry.remove_store(uuid);
+        }
+        removed
     }
 }
 

@@ -85,7 +85,8 @@ where
         kube::Client::new(tower::Layer::layer(&CountRequestsLayer::new(&telemetry), server.router()), NAMESPACE);
     let config = cnpool_controllers::Config { namespace: Some(NAMESPACE.to_owned()), ..Default::default() };
     let workers = config.workers;
-    tokio::spawn(cnpool_controllers::run_observed(operator_client, registry, config, telemetry, stopped()));
+    let registries = cnpool_controllers::Registries::shared("bench-hakeeper:32001", registry);
+    tokio::spawn(cnpool_controllers::run_observed(operator_client, registries, config, telemetry, stopped()));
 
     cluster::create_pool(&client, NAMESPACE, claims).await?;
     cluster::wait_for_pool(&client, NAMESPACE, None, PoolCount::Idle, claims, Duration::from_secs(300)).await?;

@@ -79,7 +79,12 @@ async fn perform<R: StoreRegistry>(
         // Its watch event wakes the claim once the cache shows the pod.
         ClaimStep::AwaitAcquired => Ok(changed_since_read(ctx, &snap.claim)),
         ClaimStep::RefreshStores => {
-            crate::registry_poll::refresh_stores(ctx).await?;
+            // A pool whose HAKeeper is not known has nothing to list; its
+            // conditions say why.
+            let cluster = observed.serving_pool.as_deref().map(|pool| ctx.cluster_of_pool(&snap.namespace(), pool));
+            if let Some(Ok(cluster)) = cluster {
+                crate::registry_poll::refresh_stores(ctx, &cluster).await?;
+            }
             snap.stores_listed = true;
             Ok(Next::Again)
         }
@@ -226,7 +231,7 @@ async fn acquire<R>(
 
 /// Tries the candidates best first, a few per reconcile, skipping those
 /// another worker reserved; when none is taken, says why and requeues.
-async fn acquire_first<R>(
+async fn acquire_first<R: Send + Sync>(
     ctx: &Context<R>,
     snap: &mut Snapshot,
     key: &Key,

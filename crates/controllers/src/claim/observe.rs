@@ -9,7 +9,7 @@ use cnpool_api::{CNClaim, CNPool, ClaimPhase, labels};
 use cnpool_core::candidates::eligibility;
 use cnpool_core::claim::{ClaimInput, Holding};
 use cnpool_core::convert::claim_view;
-use cnpool_core::model::{ClaimView, PodView, PoolView, Read, StoreView};
+use cnpool_core::model::{ClaimView, ObservedStore, PodView, PoolView, Read, StoreView};
 use cnpool_core::pool::occupancy;
 use cnpool_core::waiting::ClaimWait;
 use k8s_openapi::api::core::v1::Pod;
@@ -20,7 +20,8 @@ use kube::api::{Api, ListParams};
 use crate::cache::IdlePod;
 use crate::context::Context;
 use crate::error::Error;
-use crate::observe::{store_missing_noted, template_revision};
+use crate::observe::{StoresOfPool, store_missing_noted, template_revision};
+use crate::stores::StoreSnapshot;
 
 /// What one reconcile has read, updated with what its writes returned.
 pub(super) struct Snapshot {
@@ -164,6 +165,10 @@ pub(super) struct Observed {
     pub store: Option<StoreView>,
     /// When the serving pod's `cn-store` condition noted its store missing.
     store_noted: Option<jiff::Timestamp>,
+    /// The serving pod's pool, and its cluster's store listing when that
+    /// cluster's HAKeeper is known.
+    pub serving_pool: Option<String>,
+    listing: Option<Arc<StoreSnapshot>>,
     serving_since: Option<jiff::Timestamp>,
     may_roll: bool,
     acquired_lately: Option<String>,
@@ -172,7 +177,7 @@ pub(super) struct Observed {
 }
 
 impl Observed {
-    pub fn read<R>(ctx: &Context<R>, snap: &Snapshot) -> Result<Self, Error> {
+    pub fn read<R: Send + Sync>(ctx: &Context<R>, snap: &Snapshot) -> Result<Self, Error> {
         let view = claim_view(&snap.claim)?;
         #[cfg(feature = "sabotage")]
         let view = crate::sabotage::ignore_validation(view);
@@ -198,8 +203,12 @@ impl Observed {
         let serving_since = view.source_pod.as_ref().and_then(|_| ctx.migrations.track(&view.uid, held_uid));
         let namespace = snap.namespace();
         let may_roll = view.phase == Some(ClaimPhase::Outdated) && may_roll(ctx, &namespace, holding.one());
+        let serving_pool = holding.serving.and_then(|pod| pod.pool.clone());
+        let listing = serving_pool.as_deref().and_then(|pool| ctx.stores_of(&namespace, pool));
         Ok(Self {
-            store: ctx.stores.view(store_uuid.as_deref()),
+            serving_pool,
+            store: listing.as_ref().and_then(|listing| listing.view(store_uuid.as_deref())),
+            listing,
             acquired_lately: ctx.claims_took_lately.pod(&view.uid),
             pools: ctx.pool_views(),
             candidates: snap.candidates.clone(),
@@ -232,7 +241,9 @@ impl Observed {
             owned: &self.owned,
             pointed: self.pointed.as_ref(),
             read: snap.read,
-            store: ctx.stores.observed(self.store_uuid.as_deref(), &self.store, self.store_noted, ctx.now()),
+            store: self.listing.as_ref().map_or(ObservedStore::Unobserved, |listing| {
+                listing.observed(self.store_uuid.as_deref(), &self.store, self.store_noted, ctx.now())
+            }),
             candidates,
             pools: &self.pools,
             now: ctx.now(),
@@ -278,7 +289,7 @@ fn may_roll<R>(ctx: &Context<R>, namespace: &str, held: Option<&PodView>) -> boo
 /// the pool: `NoPoolMatches`, a Warning, is said only once a live list of
 /// the namespace's pools agrees, unless the claim's condition `shown`
 /// says it already (one read per change, not per retry).
-pub(super) async fn why_no_pod<R>(
+pub(super) async fn why_no_pod<R: Send + Sync>(
     ctx: &Context<R>,
     claim: &ClaimView,
     namespace: &str,
@@ -291,7 +302,7 @@ pub(super) async fn why_no_pod<R>(
         let views: Vec<PodView> = pods.iter().filter_map(|pod| observer.read_pod(pod).ok()).collect();
         occupancy(pool, &views)
     };
-    let reachability = ctx.stores.reachability();
+    let reachability = |pool: &PoolView| ctx.reachability_of(namespace, &pool.name);
     let cached = cnpool_core::waiting::why_no_pod(claim, &ctx.pool_views_in(namespace), occupancy, reachability);
     let said =
         |wait: &ClaimWait| shown.is_some_and(|shown| shown.reason == wait.reason() && shown.message == wait.message());
@@ -322,7 +333,7 @@ const CANDIDATES_READ: usize = 16;
 /// HAKeeper does not list now are left out: the first are not eligible, and
 /// a claim taking one of the second would only wait for its store, and
 /// maybe be Lost.
-pub(super) fn candidate_pods<R>(
+pub(super) fn candidate_pods<R: Send + Sync>(
     ctx: &Context<R>,
     claim: &ClaimView,
     namespace: &str,

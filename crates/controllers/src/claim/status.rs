@@ -17,6 +17,7 @@ use crate::conditions::{self, Wanted};
 use crate::context::Context;
 use crate::error::{Error, is_not_found, is_stale};
 use crate::key::{Kind, key_of};
+use crate::observe::StoresOfPool;
 
 /// The condition type a claim reports its binding in.
 pub const BOUND_CONDITION: &str = "Bound";
@@ -143,7 +144,8 @@ pub(super) async fn show_store_wait<R>(
         Some(phase) => phase == ClaimPhase::Pending,
     };
     let Some(pod) = held.filter(|_| shown) else { return Ok(()) };
-    let wait = why_store_waits(pod, ctx.stores.reachability());
+    let namespace = snap.namespace();
+    let wait = why_store_waits(pod, ctx.reachability_of(&namespace, pod.pool.as_deref().unwrap_or_default()));
     write_condition(ctx, snap, BOUND_CONDITION, "False", wait.reason(), &wait.message(), wait.needs_action()).await
 }
 
@@ -268,7 +270,8 @@ pub(super) async fn mark_bound<R>(
     if let Some(pod) = held {
         // The store of the pod held; the time it was first shown Bound to
         // that very pod is kept.
-        let registry = pod.store_uuid.as_deref().and_then(|uuid| ctx.stores.get(uuid).1);
+        let listing = pod.pool.as_deref().and_then(|pool| ctx.stores_of(&snap.namespace(), pool));
+        let registry = pod.store_uuid.as_deref().zip(listing).and_then(|(uuid, listing)| listing.get(uuid).1);
         let same_pod = status.store.as_ref().is_some_and(|shown| shown.pod_uid.as_deref() == Some(pod.uid.as_str()));
         let shown_since = status.store.as_ref().and_then(|shown| shown.bound_time.clone()).filter(|_| same_pod);
         let mut shown = store_status(pod, store, registry.as_ref());

@@ -155,7 +155,7 @@ pub async fn reconcile<R: StoreRegistry + 'static>(pool: Arc<CNPool>, ctx: Arc<C
 /// which field to fix) and does nothing else: no pod created, retired or
 /// deleted, so its pods keep serving. The fix wakes the pool through its
 /// watch.
-async fn hold<R>(ctx: &Context<R>, pool: &CNPool, verdict: &Verdict) -> Result<Action, Error> {
+async fn hold<R: Send + Sync>(ctx: &Context<R>, pool: &CNPool, verdict: &Verdict) -> Result<Action, Error> {
     let key = key_of(pool);
     let raw_pods = ctx.pods.in_pool(&key.0, &key.1);
     let pods: Vec<PodView> = raw_pods.iter().map(|pod| ctx.observer().read_pod(pod)).collect::<Result<_, _>>()?;
@@ -247,7 +247,15 @@ async fn write_status<R>(
     // stay as they were.
     let judged = pool.metadata.deletion_timestamp.is_none();
     if judged {
-        health::apply(&mut conditions, pool, verdict, ctx.stores.reachability(), at_max_pods, ctx.now());
+        let (namespace, name) = key_of(pool);
+        let cluster = ctx.cluster_of_pool(&namespace, &name);
+        let hakeeper = match &cluster {
+            Ok(cluster) => {
+                health::HaKeeper::Known { address: &cluster.address, reachability: cluster.stores.reachability() }
+            }
+            Err(unresolved) => health::HaKeeper::Unknown(unresolved),
+        };
+        health::apply(&mut conditions, pool, verdict, &hakeeper, at_max_pods, ctx.now());
     }
     let status = CNPoolStatus {
         replicas: pods.len() as i32,

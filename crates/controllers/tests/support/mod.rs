@@ -38,6 +38,9 @@ use serde_json::json;
 use tokio::sync::watch;
 
 pub const POOL: &str = "mo";
+/// The HAKeeper of pools without deps (`--hakeeper-discovery`) for
+/// in-process operators: the world's own registry.
+pub const DEFAULT_HAKEEPER: &str = "hakeeper.test:32001";
 const KUBECONFIG_VAR: &str = "CNPOOL_E2E_KUBECONFIG";
 const OPERATOR_KUBECONFIG_VAR: &str = "CNPOOL_E2E_OPERATOR_KUBECONFIG";
 
@@ -258,6 +261,13 @@ async fn install_crds(client: &kube::Client, ns: &str) {
     .await;
 }
 
+/// An in-process operator's clients: each HAKeeper address opens the
+/// world's registry of that cluster.
+fn registries_of(world: &World) -> cnpool_controllers::Registries<MemoryRegistry> {
+    let world = world.clone();
+    cnpool_controllers::Registries::new(DEFAULT_HAKEEPER, move |address: &str| world.cluster_registry(address))
+}
+
 impl Cluster {
     /// A cluster with the CRDs installed and the world running in this
     /// process; no operator yet.
@@ -267,11 +277,22 @@ impl Cluster {
 
     /// [`Cluster::new`] with the simulated kubelet and CNs set up as `config` says.
     pub async fn with_world(config: WorldConfig) -> Self {
+        Self::with_hakeepers(config, &[]).await
+    }
+
+    /// [`Cluster::with_world`] with a simulated HAKeeper of its own for each
+    /// MatrixOne cluster of `addresses` (pools whose deps name one register
+    /// their CNs there; [`World::cluster_registry`]).
+    pub async fn with_hakeepers(config: WorldConfig, addresses: &[&str]) -> Self {
         let target = Target::from_env();
         let (stop, _) = watch::channel(false);
         // The world watches the pods of all namespaces; on a real server the
         // tests run one at a time, so it sees only this cluster's.
-        let world = World::new(target.client().await, MemoryRegistry::new(), config);
+        let world = addresses
+            .iter()
+            .fold(World::new(target.client().await, MemoryRegistry::new(), config), |world, address| {
+                world.with_cluster(*address, MemoryRegistry::new())
+            });
         tokio::spawn(world.clone().run(stopped(&stop)));
         Self::with_node_side(target, NodeSide::InProcess(world), stop).await
     }
@@ -329,7 +350,7 @@ impl Cluster {
             NodeSide::InProcess(world) => {
                 let run = cnpool_controllers::run(
                     self.target.client().await,
-                    world.registry().clone(),
+                    registries_of(world),
                     operator_config(&self.ns, instance),
                     stopped(&self.stop),
                 );
@@ -345,7 +366,7 @@ impl Cluster {
     pub async fn start_operator_observed(&self, config: Config, telemetry: cnpool_controllers::Telemetry) {
         let run = cnpool_controllers::run_observed(
             self.target.client().await,
-            self.world().registry().clone(),
+            registries_of(self.world()),
             config,
             telemetry,
             stopped(&self.stop),

@@ -38,7 +38,14 @@ impl Processes {
         std::fs::create_dir_all(&logs).expect("a directory for the processes' logs");
         eprintln!("processes' logs in {}", logs.display());
         let mut command = Command::new(binary);
-        command.args(["dev", "--no-operator", "--hakeeper-listen", "127.0.0.1:0"]);
+        command.args([
+            "dev",
+            "--no-operator",
+            "--hakeeper-listen",
+            "127.0.0.1:0",
+            "--second-hakeeper-listen",
+            "127.0.0.1:0",
+        ]);
         match api {
             Api::Cluster { kubeconfig } => command.args(["--cluster", kubeconfig]),
             Api::ServedByDev { kubeconfig } => {

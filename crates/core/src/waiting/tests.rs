@@ -25,7 +25,7 @@ fn wait_of(claim: &ClaimView, pools: &[PoolView], pods: &[PodView], hakeeper: Re
         claim,
         pools,
         |pool| if pool.name == POOL { occupancy(pool, pods) } else { Occupancy::default() },
-        hakeeper,
+        |_| hakeeper,
     )
 }
 
@@ -94,6 +94,19 @@ fn hakeeper_unreachable_comes_after_a_spec_that_names_no_pool_and_before_capacit
     assert!(wait.needs_action() && wait.message().contains(POOL), "{}", wait.message());
     let gold = ClaimView { selector: selector("tier", "gold"), ..claim() };
     assert_eq!(wait_of(&gold, &[pool()], &[], Reachability::Unreachable).reason(), "NoPoolMatches");
+}
+
+#[test]
+fn a_pool_whose_hakeeper_is_down_is_passed_over_for_one_of_another_cluster() {
+    let pools = [pool_of(POOL, Some(1)), pool_of("zzz", Some(4))];
+    let only_zzz_answers = |pool: &PoolView| match pool.name.as_str() {
+        "zzz" => Reachability::Reachable,
+        _ => Reachability::Unreachable,
+    };
+    let wait = why_no_pod(&claim(), &pools, |_| Occupancy::default(), only_zzz_answers);
+    assert_eq!(wait, ClaimWait::PoolScalingOut { pool: "zzz".into(), max_pods: Some(4) });
+    let wait = why_no_pod(&claim(), &pools, |_| Occupancy::default(), |_| Reachability::Unreachable);
+    assert_eq!(wait, ClaimWait::HAKeeperUnreachable { pool: Some(POOL.into()) }, "none answers: the first is named");
 }
 
 #[test]
