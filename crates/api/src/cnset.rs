@@ -308,7 +308,7 @@ impl PoolDeps {
 #[serde(rename_all = "camelCase")]
 pub struct ExternalLogSet {
     /// `host:port` of the HAKeeper (log service) of the MatrixOne cluster.
-    #[serde(rename = "haKeeperEndpoint", default)]
+    #[serde(rename = "haKeeperEndpoint")]
     pub ha_keeper_endpoint: String,
     #[serde(flatten)]
     #[schemars(skip)]
