@@ -52,7 +52,7 @@ set_of() { # NAME REPLICAS
 }
 pool_of() { # NAME SCALE-STRATEGY
   printf 'apiVersion: core.matrixorigin.io/v1alpha1\nkind: CNPool\nmetadata: {name: %s, finalizers: [example.com/hold]}\n' "$1"
-  printf 'spec: {strategy: {scaleStrategy: %s}, template: {spec: {containers: [{name: cn, image: mo}]}}}\n' "$2"
+  printf 'spec: {strategy: {scaleStrategy: %s}, template: {image: matrixorigin/matrixone:1.2.0}}\n' "$2"
 }
 claim_of() { # NAME OPERATOR
   printf 'apiVersion: core.matrixorigin.io/v1alpha1\nkind: CNClaim\nmetadata: {name: %s, finalizers: [example.com/hold]}\n' "$1"

@@ -57,7 +57,7 @@ check "no status field of a Go-shaped claim is pruned (status.store.string kept)
 check "the Pod and Phase columns show the bound claim" \
   expect_match 'go-shaped +cn-8fqpx +Bound +default' "$(k get cnclaim go-shaped --no-headers)"
 
-check "a CNPool with a pod template is accepted" k apply -f - <<'YAML'
+check "a CNPool with a Go-shaped template is accepted" k apply -f - <<'YAML'
 apiVersion: core.matrixorigin.io/v1alpha1
 kind: CNPool
 metadata: {name: default}
@@ -67,8 +67,11 @@ spec:
     scaleStrategy: {maxIdle: 2, maxPods: 10}
     drainStrategy: {timeout: 30m, minDelay: 15s}
   template:
-    spec:
-      containers: [{name: cn, image: matrixorigin/matrixone:2.1.0}]
+    image: matrixorigin/matrixone:2.1.0
+    replicas: 0
+    serviceType: ClusterIP
+  deps:
+    logSet: {metadata: {name: mo, namespace: default}, spec: {replicas: 3}}
 YAML
 check "kubectl get cnpool shows the Idle, Bound, Pending, Max and Ready columns" \
   expect_match '^NAME +IDLE +BOUND +PENDING +MAX +READY +AGE' "$(k get cnpool default | head -1)"

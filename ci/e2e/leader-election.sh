@@ -73,9 +73,7 @@ spec:
   strategy:
     scaleStrategy: {maxIdle: 1, maxPods: 6}
     drainStrategy: {minDelay: 300ms, timeout: 60s}
-  template:
-    spec:
-      containers: [{name: cn, image: matrixorigin/matrixone:test}]
+  template: {image: matrixorigin/matrixone:1.2.0}
 YAML
 claim() {  # NAME
   kubectl -n "$ns" apply -f - >/dev/null <<YAML

@@ -15,20 +15,17 @@ pub enum HaKeeperSource<'a> {
     Default,
 }
 
-/// Where `pool`'s HAKeeper is: `externalLogSet` wins over `logSet`.
+/// Where `pool`'s HAKeeper is. A `logSet` wins over an `externalLogSet`,
+/// as in the CN config the pool's pods are rendered with (the Go renderer
+/// only ever reads the LogSet): the operator must talk to the HAKeeper its
+/// CNs register with.
 pub fn hakeeper_source(pool: &CNPool) -> HaKeeperSource<'_> {
     let Some(deps) = pool.spec.deps.as_ref() else { return HaKeeperSource::Default };
-    if let Some(external) = deps.external_log_set.as_ref() {
-        return HaKeeperSource::Endpoint(&external.ha_keeper_endpoint);
+    let pool_namespace = pool.metadata.namespace.as_deref().unwrap_or_default();
+    if let Some((namespace, name)) = deps.log_set_key(pool_namespace) {
+        return HaKeeperSource::LogSet(namespace, name);
     }
-    match deps.log_set.as_ref() {
-        Some(log_set) => {
-            let pool_namespace = pool.metadata.namespace.as_deref().unwrap_or_default();
-            let namespace = log_set.namespace.as_deref().unwrap_or(pool_namespace);
-            HaKeeperSource::LogSet(namespace.to_owned(), log_set.name.clone())
-        }
-        None => HaKeeperSource::Default,
-    }
+    deps.external_endpoint().map_or(HaKeeperSource::Default, HaKeeperSource::Endpoint)
 }
 
 /// matrixone-operator's LogSet kind, read as a dynamic object: only its
@@ -63,12 +60,19 @@ mod tests {
     }
 
     #[test]
-    fn an_external_endpoint_wins_over_a_log_set_in_its_own_namespace_else_the_pools() {
-        let both = pool(json!({"logSet": {"name": "mo"}, "externalLogSet": {"haKeeperEndpoint": "10.0.0.1:32001"}}));
-        assert_eq!(hakeeper_source(&both), HaKeeperSource::Endpoint("10.0.0.1:32001"));
-        let here = pool(json!({"logSet": {"name": "mo"}}));
+    fn a_log_set_wins_over_an_external_endpoint_and_is_in_its_own_namespace_else_the_pools() {
+        let both = pool(
+            json!({"logSet": {"metadata": {"name": "mo"}}, "externalLogSet": {"haKeeperEndpoint": "10.0.0.1:32001"}}),
+        );
+        assert_eq!(hakeeper_source(&both), HaKeeperSource::LogSet("tenants".into(), "mo".into()));
+        let external = pool(json!({"externalLogSet": {"haKeeperEndpoint": " 10.0.0.1:32001 "}}));
+        assert_eq!(hakeeper_source(&external), HaKeeperSource::Endpoint("10.0.0.1:32001"));
+        let here = pool(json!({"logSet": {"metadata": {"name": "mo"}}}));
         assert_eq!(hakeeper_source(&here), HaKeeperSource::LogSet("tenants".into(), "mo".into()));
-        let there = pool(json!({"logSet": {"name": "mo", "namespace": "mo-system"}}));
+        let there = pool(json!({"logSet": {"metadata": {"name": "mo", "namespace": "mo-system"}}}));
+        assert_eq!(hakeeper_source(&there), HaKeeperSource::LogSet("mo-system".into(), "mo".into()));
+        let older_form = pool(json!({"logSet": {"name": "mo", "namespace": "mo-system"}}));
+        assert_eq!(hakeeper_source(&older_form), HaKeeperSource::LogSet("mo-system".into(), "mo".into()));
         assert_eq!(hakeeper_source(&there), HaKeeperSource::LogSet("mo-system".into(), "mo".into()));
         assert_eq!(hakeeper_source(&pool(json!(null))), HaKeeperSource::Default);
         assert_eq!(hakeeper_source(&pool(json!({}))), HaKeeperSource::Default);

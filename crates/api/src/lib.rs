@@ -12,6 +12,7 @@
 
 mod claim;
 mod claimset;
+pub mod cnset;
 mod common;
 pub mod crd;
 pub mod hakeeper;
@@ -26,11 +27,9 @@ pub use claim::{
     CNClaim, CNClaimSpec, CNClaimStatus, CNStoreStatus, ClaimPhase, MigrateStatus, OUTDATED_CONDITION, Workload,
 };
 pub use claimset::{CNClaimSet, CNClaimSetSpec, CNClaimSetStatus, CNClaimTemplate, EmbeddedMetadata};
+pub use cnset::{CNSetTemplate, ExternalLogSet, LogSet, PoolDeps};
 pub use common::{CNLabel, DurationError, GoDuration, PodRef, cn_label_map};
-pub use pool::{
-    CNPool, CNPoolSpec, CNPoolStatus, DrainStrategy, ExternalLogSet, LogSetRef, PoolDeps, PoolStrategy, ScaleStrategy,
-    UpdateStrategy,
-};
+pub use pool::{CNPool, CNPoolSpec, CNPoolStatus, DrainStrategy, PoolStrategy, ScaleStrategy, UpdateStrategy};
 pub use store_uuid::cn_store_uuid;
 
 /// The pool phase of a pod, carried in its [`labels::PHASE`] label.

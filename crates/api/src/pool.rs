@@ -1,10 +1,14 @@
-//! `CNPool`: a pool of warm CN pods created from a pod template.
+//! `CNPool`: a pool of warm CN pods created from a template.
 //!
+//! A Go operator's CNPool applies unchanged: `spec.template` is its CNSetSpec
+//! (rendered into pods the way the Go operator renders a CN, see
+//! cnpool-render) and `spec.deps` its `logSet` object / `externalLogSet`.
 //! Differences from the Go operator's CNPool (reference/matrixone-pool-api.md):
-//! - `spec.template` is a Kubernetes pod template, not a CNSet spec: cnpool
-//!   creates pool pods itself, behind a headless Service named after the pool.
-//! - `spec.deps` keeps the Go shape `logSet` / `externalLogSet`, but `logSet`
-//!   is a reference by name instead of an embedded LogSet object.
+//! - `spec.podTemplate` is new: a plain Kubernetes pod template, for users
+//!   without MatrixOne's CNSet. A pool sets exactly one of the two.
+//! - `spec.deps.logSet` also accepts cnpool's older `{name, namespace}`, and
+//!   `externalLogSet.haKeeperEndpoint` (never read by Go) is the HAKeeper of
+//!   pools that use it.
 //! - `spec.strategy.drainStrategy` is new: drain timeout and minimum delay
 //!   were operator-wide settings in Go.
 //! - `status` is filled in (it was empty in Go).
@@ -17,6 +21,7 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::cnset::{CNSetTemplate, PoolDeps};
 use crate::common::GoDuration;
 
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
@@ -44,10 +49,18 @@ use crate::common::GoDuration;
 /// register, and how many stay warm.
 #[serde(rename_all = "camelCase")]
 pub struct CNPoolSpec {
-    /// The pod template of the pool's CN pods. The operator adds its own
-    /// labels, the headless Service's subdomain and the CN store finalizer.
+    /// The CN template in the Go operator's shape (a CNSetSpec: image,
+    /// resources, config, overlay, …), rendered into pods the way the Go
+    /// operator renders a CN. Set this or `podTemplate`, not both.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub template: Option<CNSetTemplate>,
+    /// A plain Kubernetes pod template for the pool's CN pods, for clusters
+    /// without MatrixOne's CNSet; the operator adds its own labels, the
+    /// headless Service's subdomain and the CN store finalizer. Set this or
+    /// `template`, not both.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "crate::schema::pod_template")]
-    pub template: PodTemplateSpec,
+    pub pod_template: Option<PodTemplateSpec>,
     /// Labels put on every pod of the pool; claims select pods by them.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub pod_labels: BTreeMap<String, String>,
@@ -60,51 +73,28 @@ pub struct CNPoolSpec {
     pub strategy: PoolStrategy,
 }
 
+impl CNPoolSpec {
+    /// The labels the template puts on pods: `podTemplate.metadata.labels`,
+    /// or the Go-shaped template's `overlay.podLabels`.
+    pub fn template_labels(&self) -> BTreeMap<String, String> {
+        let from_pod_template =
+            self.pod_template.as_ref().and_then(|template| template.metadata.as_ref()?.labels.clone());
+        let from_overlay = self.template.as_ref().and_then(|template| template.overlay.as_ref()?.pod_labels.clone());
+        from_pod_template.or(from_overlay).unwrap_or_default()
+    }
+}
+
 impl CNPool {
     /// The labels every pod of the pool carries whatever its phase or owner:
     /// the template's, the pool's `podLabels`, and the pool's name. A
     /// claim's selector matches the pool's pods exactly when it matches
     /// these.
     pub fn pod_labels(&self) -> BTreeMap<String, String> {
-        let mut pod_labels =
-            self.spec.template.metadata.as_ref().and_then(|meta| meta.labels.clone()).unwrap_or_default();
+        let mut pod_labels = self.spec.template_labels();
         pod_labels.extend(self.spec.pod_labels.clone());
         pod_labels.insert(crate::labels::POOL_NAME.to_owned(), self.metadata.name.clone().unwrap_or_default());
         pod_labels
     }
-}
-
-/// Where to find the HAKeeper of the MatrixOne cluster the pool's CNs join.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct PoolDeps {
-    /// A MatrixOne LogSet managed by matrixone-operator; its discovery
-    /// Service is `<name>-log-discovery.<namespace>.svc:32001`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub log_set: Option<LogSetRef>,
-    /// A log set reached at an explicit address; wins over `logSet`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub external_log_set: Option<ExternalLogSet>,
-}
-
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
-/// A LogSet object of matrixone-operator.
-#[serde(rename_all = "camelCase")]
-pub struct LogSetRef {
-    /// The LogSet's name.
-    pub name: String,
-    /// Defaults to the pool's namespace.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub namespace: Option<String>,
-}
-
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
-/// A log set outside the cluster's LogSet objects.
-#[serde(rename_all = "camelCase")]
-pub struct ExternalLogSet {
-    /// `host:port` of the log set's discovery service.
-    #[serde(rename = "haKeeperEndpoint")]
-    pub ha_keeper_endpoint: String,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
+use crate::cnset::CNSetTemplate;
 use crate::common::GoDuration;
 use crate::labels::{RESERVED_PREFIXES, is_reserved};
 use crate::selector::selector_matches;
@@ -82,13 +83,7 @@ pub fn validate_pool_spec(spec: &CNPoolSpec) -> Result<(), Invalid> {
     let mut errors = Errors::default();
     label_map(&mut errors, "spec.podLabels", &spec.pod_labels);
     reserved_keys(&mut errors, "spec.podLabels", &spec.pod_labels);
-    // Pool pods are made from the template: an owner or phase key there
-    // would give a new pod an owner no acquire wrote.
-    let template_labels = spec.template.metadata.as_ref().and_then(|meta| meta.labels.as_ref());
-    if let Some(template_labels) = template_labels {
-        label_map(&mut errors, "spec.template.metadata.labels", template_labels);
-        reserved_keys(&mut errors, "spec.template.metadata.labels", template_labels);
-    }
+    pool_template(&mut errors, spec);
     let scale = &spec.strategy.scale_strategy;
     let scale_path = "spec.strategy.scaleStrategy";
     if scale.max_idle < 0 {
@@ -121,10 +116,12 @@ pub fn validate_pool_spec(spec: &CNPoolSpec) -> Result<(), Invalid> {
         duration(&mut errors, "spec.strategy.drainStrategy.minDelay", drain.min_delay.as_ref());
     }
     if let Some(deps) = &spec.deps {
-        if let Some(log_set) = &deps.log_set
-            && log_set.name.is_empty()
-        {
-            errors.push("spec.deps.logSet.name", "is empty", "name the LogSet, or use externalLogSet.haKeeperEndpoint");
+        if deps.log_set.is_some() && deps.log_set_key("").is_none() {
+            errors.push(
+                "spec.deps.logSet.metadata.name",
+                "is empty",
+                "name the LogSet of the MatrixOne cluster the pool's CNs join, or use externalLogSet.haKeeperEndpoint",
+            );
         }
         if let Some(external) = &deps.external_log_set
             && !is_host_port(&external.ha_keeper_endpoint)
@@ -137,6 +134,66 @@ pub fn validate_pool_spec(spec: &CNPoolSpec) -> Result<(), Invalid> {
         }
     }
     errors.finish()
+}
+
+/// Exactly one of `template` (the Go shape) and `podTemplate`; the labels
+/// either puts on pool pods, where an owner or phase key would give a new
+/// pod an owner no acquire wrote.
+fn pool_template(errors: &mut Errors, spec: &CNPoolSpec) {
+    match (&spec.template, &spec.pod_template) {
+        (None, None) => errors.push(
+            "spec.template",
+            "is missing, and so is spec.podTemplate",
+            "give the CN template in the Go operator's shape (at least `image`), or a Kubernetes pod template in spec.podTemplate",
+        ),
+        (Some(_), Some(_)) => errors.push(
+            "spec.podTemplate",
+            "is set together with spec.template",
+            "keep one: spec.template (the Go operator's CNSet shape) or spec.podTemplate (a plain pod template)",
+        ),
+        (Some(template), None) => go_template(errors, template),
+        (None, Some(pod_template)) => {
+            if let Some(labels) = pod_template.metadata.as_ref().and_then(|meta| meta.labels.as_ref()) {
+                label_map(errors, "spec.podTemplate.metadata.labels", labels);
+                reserved_keys(errors, "spec.podTemplate.metadata.labels", labels);
+            }
+        }
+    }
+}
+
+fn go_template(errors: &mut Errors, template: &CNSetTemplate) {
+    // A pool written for an earlier cnpool has its pod template here.
+    if template.rest.contains_key("spec") || template.rest.contains_key("metadata") {
+        errors.push(
+            "spec.template",
+            "holds a Kubernetes pod template (metadata/spec), but spec.template is the Go operator's CNSet shape",
+            "move the pod template to spec.podTemplate, or write the CN template as image, resources, config, overlay",
+        );
+        return;
+    }
+    if template.image.trim().is_empty() {
+        errors.push(
+            "spec.template.image",
+            "is empty",
+            "give the MatrixOne CN image, e.g. matrixorigin/matrixone:1.2.0",
+        );
+    }
+    if let Some(labels) = template.overlay.as_ref().and_then(|overlay| overlay.pod_labels.as_ref()) {
+        label_map(errors, "spec.template.overlay.podLabels", labels);
+        reserved_keys(errors, "spec.template.overlay.podLabels", labels);
+    }
+    if let Some(percent) = template.memory_limit_percent
+        && !(1..=100).contains(&percent)
+    {
+        errors.push(
+            "spec.template.memoryLimitPercent",
+            format!("{percent} is outside (0, 100]"),
+            "give a percentage of the memory limit from 1 to 100, or remove it",
+        );
+    }
+    if let Some(timeout) = template.scaling_config.as_ref().and_then(|scaling| scaling.store_drain_timeout.as_ref()) {
+        duration(errors, "spec.template.scalingConfig.storeDrainTimeout", Some(timeout));
+    }
 }
 
 fn claim_spec(errors: &mut Errors, path: &str, spec: &CNClaimSpec) {

@@ -4,11 +4,15 @@
 
 use std::collections::BTreeMap;
 
+use cnpool_api::cnset::Overlay;
 use cnpool_api::validation::{FieldError, Invalid, validate_claim_set_spec, validate_claim_spec, validate_pool_spec};
 use cnpool_api::{
-    CNClaimSetSpec, CNClaimSpec, CNClaimTemplate, CNLabel, CNPoolSpec, EmbeddedMetadata, GoDuration, PodRef,
+    CNClaimSetSpec, CNClaimSpec, CNClaimTemplate, CNLabel, CNPoolSpec, CNSetTemplate, EmbeddedMetadata, GoDuration,
+    PodRef,
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
+use k8s_openapi::api::core::v1::PodTemplateSpec;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement, ObjectMeta};
+use serde_json::json;
 
 fn pool_selector() -> LabelSelector {
     LabelSelector { match_labels: Some(BTreeMap::from([("pool".into(), "default".into())])), ..Default::default() }
@@ -23,7 +27,10 @@ fn claim() -> CNClaimSpec {
 }
 
 fn pool() -> CNPoolSpec {
-    let mut spec = CNPoolSpec::default();
+    let mut spec = CNPoolSpec {
+        template: Some(CNSetTemplate { image: "matrixorigin/matrixone:1.2.0".into(), ..Default::default() }),
+        ..Default::default()
+    };
     spec.strategy.scale_strategy.max_idle = 2;
     spec.strategy.scale_strategy.max_pods = Some(10);
     spec
@@ -265,8 +272,11 @@ fn durations_and_hakeeper_endpoints_are_checked() {
 
     let mut spec = pool();
     spec.deps = Some(cnpool_api::PoolDeps {
-        log_set: None,
-        external_log_set: Some(cnpool_api::ExternalLogSet { ha_keeper_endpoint: "mo-log-discovery".into() }),
+        external_log_set: Some(cnpool_api::ExternalLogSet {
+            ha_keeper_endpoint: "mo-log-discovery".into(),
+            ..Default::default()
+        }),
+        ..Default::default()
     });
     let error = only_error(validate_pool_spec(&spec));
     assert_eq!(error.field, "spec.deps.externalLogSet.haKeeperEndpoint");
@@ -303,15 +313,65 @@ fn owner_keys_are_refused_in_claim_set_and_pool_templates() {
     assert!(error.fix.contains("pool.matrixorigin.io/"), "{error}");
 
     let mut spec = pool();
-    spec.template.metadata = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
-        labels: Some(BTreeMap::from([
-            ("pool.matrixorigin.io/phase".into(), "Bound".into()),
-            ("app".into(), "cn".into()),
-        ])),
+    let forged = BTreeMap::from([("pool.matrixorigin.io/phase".into(), "Bound".into()), ("app".into(), "cn".into())]);
+    spec.template = Some(CNSetTemplate {
+        image: "matrixorigin/matrixone:1.2.0".into(),
+        overlay: Some(Overlay { pod_labels: Some(forged.clone()), ..Default::default() }),
         ..Default::default()
     });
     assert_eq!(
         only_error(validate_pool_spec(&spec)).field,
-        "spec.template.metadata.labels[pool.matrixorigin.io/phase]"
+        "spec.template.overlay.podLabels[pool.matrixorigin.io/phase]"
     );
+    spec.template = None;
+    spec.pod_template = Some(PodTemplateSpec {
+        metadata: Some(ObjectMeta { labels: Some(forged), ..Default::default() }),
+        ..Default::default()
+    });
+    assert_eq!(
+        only_error(validate_pool_spec(&spec)).field,
+        "spec.podTemplate.metadata.labels[pool.matrixorigin.io/phase]"
+    );
+}
+
+fn pool_from(json: serde_json::Value) -> CNPoolSpec {
+    serde_json::from_value(json).expect("a pool spec")
+}
+
+#[test]
+fn a_pool_sets_exactly_one_of_template_and_pod_template() {
+    let go = json!({"image": "matrixorigin/matrixone:1.2.0"});
+    let plain = json!({"spec": {"containers": [{"name": "cn", "image": "matrixorigin/matrixone:1.2.0"}]}});
+    assert_eq!(validate_pool_spec(&pool_from(json!({"template": go}))), Ok(()));
+    assert_eq!(validate_pool_spec(&pool_from(json!({"podTemplate": plain}))), Ok(()));
+
+    let neither = only_error(validate_pool_spec(&pool_from(json!({}))));
+    assert_eq!(neither.field, "spec.template");
+    assert!(neither.fix.contains("spec.podTemplate"), "{neither}");
+
+    let both = only_error(validate_pool_spec(&pool_from(json!({"template": go, "podTemplate": plain}))));
+    assert_eq!(both.field, "spec.podTemplate");
+    assert!(both.fix.contains("keep one"), "{both}");
+
+    // A pool written for an earlier cnpool: its pod template under `template`.
+    let moved = only_error(validate_pool_spec(&pool_from(json!({"template": plain}))));
+    assert_eq!(moved.field, "spec.template");
+    assert!(moved.fix.contains("move the pod template to spec.podTemplate"), "{moved}");
+
+    let no_image = only_error(validate_pool_spec(&pool_from(json!({"template": {"resources": {}}}))));
+    assert_eq!(no_image.field, "spec.template.image");
+}
+
+#[test]
+fn a_log_set_is_named_by_its_metadata_or_the_older_name() {
+    let with_log_set =
+        |log_set: serde_json::Value| pool_from(json!({"template": {"image": "mo:1.2.0"}, "deps": {"logSet": log_set}}));
+    let go = with_log_set(json!({"metadata": {"name": "mo", "namespace": "db"}, "spec": {"replicas": 3}}));
+    assert_eq!(validate_pool_spec(&go), Ok(()));
+    assert_eq!(go.deps.as_ref().and_then(|deps| deps.log_set_key("tenant")), Some(("db".into(), "mo".into())));
+    let older = with_log_set(json!({"name": "mo"}));
+    assert_eq!(validate_pool_spec(&older), Ok(()));
+    assert_eq!(older.deps.as_ref().and_then(|deps| deps.log_set_key("tenant")), Some(("tenant".into(), "mo".into())));
+    let unnamed = only_error(validate_pool_spec(&with_log_set(json!({"metadata": {"namespace": "db"}}))));
+    assert_eq!(unnamed.field, "spec.deps.logSet.metadata.name");
 }

@@ -177,3 +177,41 @@ fn a_claim_set_round_trips_without_loss() {
     assert_eq!(set.spec.replicas, 2);
     assert_eq!(set.status.expect("status").claims[0].store.as_ref().and_then(|s| s.pod_name()), Some("cn-1"));
 }
+
+/// A CNPool as written for the Go operator: a CNSet template, a LogSet
+/// object as `deps.logSet`, fields a pool ignores (serviceType, cnLabels,
+/// updateStrategy). cnpool reads it as a Go-shaped pool and writes back
+/// every key it read.
+#[test]
+fn a_go_pool_round_trips_without_loss() {
+    let original = json!({
+        "apiVersion": "core.matrixorigin.io/v1alpha1",
+        "kind": "CNPool",
+        "metadata": {"name": "freetier", "namespace": "freetier-01"},
+        "spec": {
+            "template": {
+                "image": "matrixorigin/matrixone:1.2.3",
+                "replicas": 0,
+                "serviceType": "ClusterIP",
+                "cnLabels": [{"key": "role", "values": ["free"]}],
+                "resources": {"requests": {"cpu": "2", "memory": "8Gi"}, "limits": {"memory": "8Gi"}},
+                "memoryLimitPercent": 80,
+                "config": "[cn.frontend]\nport = 6001\n",
+                "overlay": {"env": [{"name": "GODEBUG", "value": "madvdontneed=1"}], "podLabels": {"tier": "free"}},
+                "updateStrategy": {"maxSurge": 1},
+                "scalingConfig": {"storeDrainEnabled": true, "storeDrainTimeout": "10m"}
+            },
+            "podLabels": {"pool": "freetier"},
+            "deps": {"logSet": {"metadata": {"name": "mo", "namespace": "mo-system"}, "spec": {"replicas": 3}}},
+            "strategy": {"scaleStrategy": {"maxIdle": 2, "maxPods": 100}, "updateStrategy": {"reclaimTimeout": "24h"}}
+        }
+    });
+    let (pool, back) = round_trip::<cnpool_api::CNPool>(&original);
+    assert_eq!(back, original);
+    let template = pool.spec.template.as_ref().expect("the Go template is spec.template");
+    assert_eq!(template.image, "matrixorigin/matrixone:1.2.3");
+    assert!(pool.spec.pod_template.is_none());
+    let deps = pool.spec.deps.as_ref().expect("deps");
+    assert_eq!(deps.log_set_key("freetier-01"), Some(("mo-system".into(), "mo".into())));
+    assert_eq!(pool.pod_labels().get("tier").map(String::as_str), Some("free"), "overlay.podLabels reach the pods");
+}

@@ -171,6 +171,7 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
         resync: args.resync,
         instance: identity.clone(),
         operator_namespace: args.lease_namespace.clone().unwrap_or_else(|| default_namespace.clone()),
+        hakeeper_discovery: args.hakeeper_discovery.clone(),
         ..shadow_timing(args.dry_run)
     };
     tracing::info!(

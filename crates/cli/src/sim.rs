@@ -70,6 +70,9 @@ impl Source {
 }
 
 /// Runs the seeds; returns whether every one kept every invariant.
+/// The stack of each thread that runs seeds.
+const SEED_THREAD_STACK: usize = 16 << 20;
+
 pub fn run(args: SimArgs) -> anyhow::Result<bool> {
     if (args.trace.is_some() || args.report.is_some()) && args.seeds != 1 {
         anyhow::bail!("--trace and --report show one seed: use them with --seeds 1");
@@ -106,7 +109,10 @@ pub fn run(args: SimArgs) -> anyhow::Result<bool> {
     };
     std::thread::scope(|scope| {
         for _ in 0..jobs {
-            scope.spawn(|| {
+            // A run polls every controller's futures on its thread; debug
+            // builds need more than a spawned thread's default 2 MiB.
+            let seeds = std::thread::Builder::new().name("sim-seeds".into()).stack_size(SEED_THREAD_STACK);
+            let spawned = seeds.spawn_scoped(scope, || {
                 loop {
                     let index = next.fetch_add(1, Ordering::Relaxed);
                     if index >= args.seeds {
@@ -140,6 +146,9 @@ pub fn run(args: SimArgs) -> anyhow::Result<bool> {
                     }
                 }
             });
+            if let Err(error) = spawned {
+                failure.lock().unwrap_or_else(PoisonError::into_inner).get_or_insert(anyhow::Error::new(error));
+            }
         }
     });
     if progress {

@@ -57,6 +57,9 @@ pub struct Config {
     /// The operator's own namespace, where it keeps its cutover record
     /// ([`crate::cutover::RECORD`]).
     pub operator_namespace: String,
+    /// `host:port` of the HAKeeper (`--hakeeper-discovery`) written into the
+    /// CN config of Go-shaped pools without `deps`.
+    pub hakeeper_discovery: String,
     /// Where the time of day is read.
     pub clock: Clock,
 }
@@ -84,6 +87,7 @@ impl Default for Config {
             pool_wake_interval: Duration::from_secs(3),
             instance: "cnpool".into(),
             operator_namespace: "default".into(),
+            hakeeper_discovery: String::new(),
             clock: Clock::default(),
         }
     }

@@ -9,10 +9,11 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::Duration;
 
-use cnpool_api::{PodPhase, labels};
+use cnpool_api::{CNPoolSpec, PodPhase, labels};
 use cnpool_core::convert::pod_view;
 use cnpool_core::model::PodView;
 use cnpool_core::waiting::Reachability;
+use cnpool_render::cnset;
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
 use serde_json::Value;
@@ -139,9 +140,32 @@ pub fn store_missing_noted(pod: &Pod) -> Option<Timestamp> {
 /// whitespace). It depends on the user's template only, so a new cnpool
 /// release does not roll every pod.
 pub fn template_revision(template: &PodTemplateSpec) -> String {
-    let value = serde_json::to_value(template).unwrap_or(Value::Null);
+    canonical_hash(&serde_json::to_value(template).unwrap_or(Value::Null))
+}
+
+/// The revision label of the pods of a pool of `spec`. A Go-shaped
+/// template's is the Go operator's CNSet hash (reference §0), which changes
+/// only with what the rendered pod is made of (not with `overlay.podLabels`
+/// or `podAnnotations`, as in Go), and makes a Go pod of the same template
+/// current at cutover. A template that hash cannot be computed for
+/// (cnpool-render's known limits: some overlay fields) gets the canonical
+/// hash of the template instead. A plain pod template's is
+/// [`template_revision`].
+pub fn pool_revision(spec: &CNPoolSpec) -> String {
+    match (&spec.template, &spec.pod_template) {
+        (Some(template), _) => cnset::hashed_json(template).map_or_else(
+            |_| canonical_hash(&serde_json::to_value(template).unwrap_or(Value::Null)),
+            |go_json| cnset::revision_hash(&go_json),
+        ),
+        (None, Some(pod_template)) => template_revision(pod_template),
+        (None, None) => template_revision(&PodTemplateSpec::default()),
+    }
+}
+
+/// The first 10 hex digits of the SHA-256 of `value`'s canonical JSON.
+fn canonical_hash(value: &Value) -> String {
     let mut canonical = String::new();
-    write_canonical(&value, &mut canonical);
+    write_canonical(value, &mut canonical);
     let digest = Sha256::digest(canonical.as_bytes());
     digest.iter().take(5).fold(String::new(), |mut hex, byte| {
         let _ = write!(hex, "{byte:02x}");

@@ -22,6 +22,9 @@ pub const INVALID_SPEC: &str = "InvalidSpec";
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Verdict {
     pub valid: bool,
+    /// The reason of `Ready=False` when not valid: [`INVALID_SPEC`], or
+    /// why a valid spec cannot be acted on yet (a pool's LogSet not ready).
+    pub reason: &'static str,
     pub message: String,
 }
 
@@ -30,11 +33,19 @@ impl Verdict {
     /// not do while the spec is invalid.
     pub fn of(checked: Result<(), Invalid>, held_back: &str) -> Self {
         match checked {
-            Ok(()) => Self { valid: true, message: "the spec is valid".to_owned() },
-            Err(invalid) => {
-                Self { valid: false, message: format!("{}. Until it is fixed, {held_back}", summary(&invalid)) }
-            }
+            Ok(()) => Self { valid: true, reason: INVALID_SPEC, message: "the spec is valid".to_owned() },
+            Err(invalid) => Self {
+                valid: false,
+                reason: INVALID_SPEC,
+                message: format!("{}. Until it is fixed, {held_back}", summary(&invalid)),
+            },
         }
+    }
+
+    /// A valid spec that cannot be acted on yet, for `reason`: shown and
+    /// announced like an invalid one, under its own reason.
+    pub fn blocked(reason: &'static str, message: String) -> Self {
+        Self { valid: false, reason, message }
     }
 
     /// Sets the `Ready` condition in `conditions`: `ready` (its status,
@@ -49,7 +60,7 @@ impl Verdict {
     ) -> bool {
         let (status, reason, message) = match self.valid {
             true => (status_of(ready.0), ready.1, ready.2),
-            false => ("False", INVALID_SPEC, self.message.as_str()),
+            false => ("False", self.reason, self.message.as_str()),
         };
         let wanted = Wanted { type_: READY_CONDITION, status, reason, message };
         conditions::set(conditions, wanted, generation, now)
@@ -71,11 +82,11 @@ impl Verdict {
             }
             return;
         }
-        if was_invalid && before.is_some_and(|condition| condition.message == self.message) {
+        if before.is_some_and(|condition| condition.reason == self.reason && condition.message == self.message) {
             return;
         }
-        tracing::warn!(kind, namespace, name, message = %self.message, "spec invalid; not acting on it");
-        ctx.event(object, true, INVALID_SPEC, "Validate", self.message.clone()).await;
+        tracing::warn!(kind, namespace, name, reason = self.reason, message = %self.message, "not acting on the spec");
+        ctx.event(object, true, self.reason, "Validate", self.message.clone()).await;
     }
 }
 

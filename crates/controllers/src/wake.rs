@@ -313,7 +313,7 @@ pub fn pool_changed<R>(ctx: &Context<R>, (old, new): Change<'_, CNPool>) {
     }
     // A new template makes the pool's bound claims Outdated: they look again.
     if let (Some(old), Some(new)) = (old, new)
-        && old.spec.template != new.spec.template
+        && (old.spec.template != new.spec.template || old.spec.pod_template != new.spec.pod_template)
     {
         for claim in ctx.claims.in_pool(&namespace, &name) {
             ctx.wake.claim(&namespace, &claim.name_any());

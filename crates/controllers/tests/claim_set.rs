@@ -279,7 +279,7 @@ async fn a_template_change_rolls_a_set_of_5_one_surge_at_a_time_and_migrates_a_s
     let revision_of = |pod: &k8s_openapi::api::core::v1::Pod| label(pod, labels::REVISION).map(str::to_owned);
     let old = revision_of(&cluster.pods().get(&standalone_pod).await.unwrap());
 
-    let template = json!({"spec": {"template": {"spec": {"containers": [{"name": "cn", "image": "matrixorigin/matrixone:next"}]}}}});
+    let template = json!({"spec": {"template": {"image": "matrixorigin/matrixone:1.2.1"}}});
     cluster.pools().patch(POOL, &PatchParams::default(), &Patch::Merge(&template)).await.expect("change the template");
 
     eventually("every claim Bound on a pod of the new template", Duration::from_secs(120), || async {

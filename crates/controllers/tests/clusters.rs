@@ -31,7 +31,7 @@ async fn create_pool_with_deps(cluster: &Cluster, name: &str, deps: serde_json::
         "kind": "CNPool",
         "metadata": {"name": name, "namespace": cluster.ns},
         "spec": {
-            "template": {"spec": {"containers": [{"name": "cn", "image": "matrixorigin/matrixone:test"}]}},
+            "podTemplate": {"spec": {"containers": [{"name": "cn", "image": "matrixorigin/matrixone:test"}]}},
             "podLabels": {"tier": name},
             "deps": deps,
             "strategy": {
@@ -123,7 +123,7 @@ async fn bound_store(cluster: &Cluster, claim: &str, pool: &str) -> String {
 async fn pools_of_two_clusters_register_in_their_own_hakeeper_and_one_down_stalls_only_its_pools() {
     let cluster = Cluster::with_hakeepers(WorldConfig::default(), &[EAST, WEST]).await;
     create_log_set(&cluster, "east", "east-log-discovery.mo.svc", 32001).await;
-    create_pool_with_deps(&cluster, "east", json!({"logSet": {"name": "east"}})).await;
+    create_pool_with_deps(&cluster, "east", json!({"logSet": {"metadata": {"name": "east"}}})).await;
     create_pool_with_deps(&cluster, "west", json!({"externalLogSet": {"haKeeperEndpoint": WEST}})).await;
     cluster.start_operator(0).await;
     let (east, west) = (cluster.world().cluster_registry(EAST), cluster.world().cluster_registry(WEST));

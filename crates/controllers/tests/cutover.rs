@@ -55,7 +55,10 @@ async fn objects_left_by_the_go_operator_are_repaired_on_start() {
     assert!(loss_reasons(&commits, "solo").is_empty(), "an adopted claim is never Lost");
 
     for (name, pod) in &pod_of {
-        let store = cluster.registry().store(&cnpool_api::cn_store_uuid(pod, POOL, &cluster.ns)).unwrap();
+        // Its CN registered under the UUID its DNS name gives: the Go pods'
+        // subdomain is the pool's, a pod cnpool rendered has its own.
+        let pod = cluster.pods().get(pod).await.unwrap();
+        let store = cluster.registry().store(&cnpool_world::store_uuid(&pod).unwrap()).unwrap();
         assert_eq!(store.work_state, WorkState::Working);
         assert_eq!(store.labels, [("account".to_string(), vec![name.clone()])].into(), "{name}'s store");
     }

@@ -432,7 +432,7 @@ async fn an_outdated_claim_past_its_pools_reclaim_timeout_moves_whatever_the_rol
 
     let revision = |pod: &k8s_openapi::api::core::v1::Pod| label(pod, labels::REVISION).map(str::to_owned);
     let old_revision = revision(&cluster.pods().get(&waiter_pod).await.unwrap());
-    let template = json!({"spec": {"template": {"spec": {"containers": [{"name": "cn", "image": "matrixorigin/matrixone:next"}]}}}});
+    let template = json!({"spec": {"template": {"image": "matrixorigin/matrixone:1.2.1"}}});
     cluster.pools().patch(support::POOL, &PatchParams::default(), &Patch::Merge(&template)).await.unwrap();
     eventually("waiter Outdated, saying since when", Duration::from_secs(30), || async {
         let waiter = cluster.claims().get("waiter").await.map_err(|e| e.to_string())?;

@@ -9,9 +9,9 @@
 use serde_json::Value;
 
 use crate::gojson::{self, Field, GoJsonError, Omit, Shape, field};
-use crate::spec::CNSetTemplate;
 use crate::toml::{parse_config, to_go_toml};
 use crate::version::inplace_gates;
+use cnpool_api::cnset::CNSetTemplate;
 
 const RESOURCE_CLAIM: &[Field] = &[field("name", Shape::String, Omit::Never)];
 const RESOURCES: &[Field] = &[

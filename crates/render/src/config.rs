@@ -7,9 +7,9 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
 use crate::deps::Cluster;
 use crate::gojson::write_string;
 use crate::quantity::Quantity;
-use crate::spec::{CNSetTemplate, SharedStorageProvider};
 use crate::toml::{ConfigError, Table, TomlValue, deep_merge, parse_config, set, to_go_toml};
 use crate::version::mo_version;
+use cnpool_api::cnset::{CNSetTemplate, SharedStorageProvider};
 
 /// Where the CN keeps local data (the cache volume's mount).
 pub const DATA_PATH: &str = "/var/lib/matrixone";
@@ -220,7 +220,7 @@ service-addresses = []
             hakeeper_address: "test-log-discovery.default.svc:32001".into(),
             service_addresses: vec![],
             shared_storage: Some(SharedStorageProvider {
-                file_system: Some(crate::spec::FileSystemProvider { path: path.into() }),
+                file_system: Some(cnpool_api::cnset::FileSystemProvider { path: path.into() }),
                 ..SharedStorageProvider::default()
             }),
         }
@@ -275,10 +275,10 @@ service-addresses = []
             hakeeper_address: "h:1".into(),
             service_addresses: vec![],
             shared_storage: Some(SharedStorageProvider {
-                s3: Some(crate::spec::S3Provider {
+                s3: Some(cnpool_api::cnset::S3Provider {
                     path: "/bucket/some/dir/".into(),
                     provider: Some("minio".into()),
-                    ..crate::spec::S3Provider::default()
+                    ..cnpool_api::cnset::S3Provider::default()
                 }),
                 ..SharedStorageProvider::default()
             }),

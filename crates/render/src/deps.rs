@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use cnpool_api::{DurationError, GoDuration};
 
-use crate::spec::{CNSetTemplate, GoPoolDeps, LogSet, SharedStorageProvider};
+use cnpool_api::cnset::{CNSetTemplate, LogSet, PoolDeps, SharedStorageProvider};
 
 /// The HAKeeper (log service) port of a LogSet.
 pub const HAKEEPER_PORT: i32 = 32001;
@@ -41,28 +41,19 @@ pub enum DepsError {
     NoDiscovery { namespace: String, name: String },
 }
 
-/// The namespace and name of the LogSet `deps` names; a LogSet without a
-/// namespace is looked up in the pool's (Go would fail the read instead).
-pub fn log_set_key(deps: &GoPoolDeps, pool_namespace: &str) -> Result<Option<(String, String)>, DepsError> {
-    let Some(log_set) = deps.log_set.as_ref() else { return Ok(None) };
-    let name = log_set.metadata.name.clone().filter(|name| !name.is_empty()).ok_or(DepsError::LogSetUnnamed)?;
-    let namespace =
-        log_set.metadata.namespace.clone().filter(|ns| !ns.is_empty()).unwrap_or_else(|| pool_namespace.to_owned());
-    Ok(Some((namespace, name)))
-}
-
 /// The cluster of a pool with `deps`, from the LogSet read at
-/// [`log_set_key`] (`log_set`, with the `reserveOrdinals` of its log
+/// `PoolDeps::log_set_key` (`log_set`, with the `reserveOrdinals` of its log
 /// StatefulSet) or from `externalLogSet`. A `logSet` wins over an
 /// `externalLogSet`, as the Go renderer only ever reads the LogSet. `None`
 /// when `deps` names neither: such a pool uses the operator's default
 /// HAKeeper.
 pub fn cluster(
-    deps: &GoPoolDeps,
+    deps: &PoolDeps,
     log_set: Option<&LogSet>,
     reserve_ordinals: &[i32],
 ) -> Result<Option<Cluster>, DepsError> {
-    if let Some((namespace, name)) = log_set_key(deps, "")? {
+    if deps.log_set.is_some() {
+        let (namespace, name) = deps.log_set_key("").ok_or(DepsError::LogSetUnnamed)?;
         let read = log_set.ok_or_else(|| DepsError::LogSetNotReady {
             namespace: namespace.clone(),
             name: name.clone(),
@@ -70,14 +61,14 @@ pub fn cluster(
         })?;
         return log_set_cluster(read, reserve_ordinals).map(Some);
     }
-    match deps.external_log_set.as_ref() {
-        Some(external) if external.ha_keeper_endpoint.trim().is_empty() => Err(DepsError::EndpointEmpty),
-        Some(external) => Ok(Some(Cluster {
-            hakeeper_address: external.ha_keeper_endpoint.trim().to_owned(),
-            service_addresses: vec![external.ha_keeper_endpoint.trim().to_owned()],
+    match (deps.external_log_set.as_ref(), deps.external_endpoint()) {
+        (Some(_), None) => Err(DepsError::EndpointEmpty),
+        (_, Some(endpoint)) => Ok(Some(Cluster {
+            hakeeper_address: endpoint.to_owned(),
+            service_addresses: vec![endpoint.to_owned()],
             shared_storage: None,
         })),
-        None => Ok(None),
+        (None, None) => Ok(None),
     }
 }
 
@@ -142,7 +133,7 @@ pub fn drain_timeout(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::spec::ScalingConfig;
+    use cnpool_api::cnset::ScalingConfig;
 
     fn log_set(json: serde_json::Value) -> LogSet {
         serde_json::from_value(json).unwrap()
@@ -162,7 +153,7 @@ mod tests {
         }))
     }
 
-    fn deps(json: serde_json::Value) -> GoPoolDeps {
+    fn deps(json: serde_json::Value) -> PoolDeps {
         serde_json::from_value(json).unwrap()
     }
 
@@ -206,7 +197,7 @@ mod tests {
         let external = deps(serde_json::json!({"externalLogSet": {"haKeeperEndpoint": "hk.example:32001"}}));
         let cluster = cluster(&external, None, &[]).unwrap().unwrap();
         assert_eq!(cluster.hakeeper_address, "hk.example:32001");
-        assert_eq!(super::cluster(&GoPoolDeps::default(), None, &[]), Ok(None));
+        assert_eq!(super::cluster(&PoolDeps::default(), None, &[]), Ok(None));
         let empty = deps(serde_json::json!({"externalLogSet": {"haKeeperEndpoint": ""}}));
         assert_eq!(super::cluster(&empty, None, &[]), Err(DepsError::EndpointEmpty));
     }
@@ -214,7 +205,9 @@ mod tests {
     #[test]
     fn a_log_set_without_namespace_is_looked_up_in_the_pools() {
         let deps = deps(serde_json::json!({"logSet": {"metadata": {"name": "mo"}}}));
-        assert_eq!(log_set_key(&deps, "tenant"), Ok(Some(("tenant".into(), "mo".into()))));
+        assert_eq!(deps.log_set_key("tenant"), Some(("tenant".into(), "mo".into())));
+        let older = super::tests::deps(serde_json::json!({"logSet": {"name": "mo", "namespace": "db"}}));
+        assert_eq!(older.log_set_key("tenant"), Some(("db".into(), "mo".into())), "cnpool's older form");
     }
 
     #[test]

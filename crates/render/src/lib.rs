@@ -7,12 +7,12 @@
 //!
 //! | function | reference |
 //! |---|---|
-//! | [`spec`] types: the template, overlay, deps, LogSet | §1, §5 |
+//! | `cnpool_api::cnset` types: the template, overlay, deps, LogSet | §1, §5 |
 //! | [`pod::pool_template`], [`pod::with_webhook_defaults`] | §1 (webhook), §7 (pool overrides) |
 //! | [`cnset::cnset_name`], [`cnset::hashed_json`], [`cnset::revision_hash`] | §0 |
 //! | [`config::cn_config`] (config.toml), [`config::config_suffix`], [`config::config_map_digest`] | §3 |
 //! | [`pod::render`]: containers, command, start.sh, env, volumes, labels, annotations, readiness gate, overlay, Services | §2, §4 |
-//! | [`deps::cluster`], [`deps::log_set_key`]: the HAKeeper address and log services | §5 |
+//! | [`deps::cluster`] (and `PoolDeps::log_set_key`): the HAKeeper address and log services | §5 |
 //! | [`deps::drain_timeout`]: drainStrategy.timeout, else storeDrainTimeout, else 5m | §1, §6 |
 //! | the CN store UUID: `cnpool_api::cn_store_uuid`, which the start script matches | §4 |
 //!
@@ -48,6 +48,5 @@ pub mod deps;
 pub mod gojson;
 pub mod pod;
 pub mod quantity;
-pub mod spec;
 pub mod toml;
 pub mod version;

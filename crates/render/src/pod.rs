@@ -15,9 +15,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use crate::config::{DATA_PATH, S3_CERTIFICATE_PATH, cn_config, config_map_digest, config_suffix, python_udf_port};
 use crate::deps::{Cluster, DEFAULT_STORE_DRAIN_TIMEOUT};
 use crate::quantity::Quantity;
-use crate::spec::{CNSetTemplate, MainContainerOverlay, Overlay, ScalingConfig};
 use crate::toml::ConfigError;
 use crate::version::{inplace_gates, mo_version, operator_version_annotation};
+use cnpool_api::cnset::{CNSetTemplate, MainContainerOverlay, Overlay, ScalingConfig};
 
 /// The operator chart's `defaultArgs.cn`, the webhook's `serviceArgs` default.
 pub const DEFAULT_CN_ARGS: &[&str] = &["-debug-http=:6060"];
@@ -572,7 +572,7 @@ exec "$bin" -cfg "$tmp" "$@"
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::spec::{FileSystemProvider, S3Provider, SharedStorageProvider};
+    use cnpool_api::cnset::{FileSystemProvider, S3Provider, SharedStorageProvider};
     use k8s_openapi::api::core::v1::LocalObjectReference;
 
     fn template(json: serde_json::Value) -> CNSetTemplate {
@@ -767,7 +767,10 @@ mod tests {
             s3: Some(S3Provider {
                 path: "bucket/dir".into(),
                 secret_ref: Some(LocalObjectReference { name: "aws".into() }),
-                certificate_ref: Some(crate::spec::CertificateRef { name: "ca".into(), files: vec!["ca.pem".into()] }),
+                certificate_ref: Some(cnpool_api::cnset::CertificateRef {
+                    name: "ca".into(),
+                    files: vec!["ca.pem".into()],
+                }),
                 ..S3Provider::default()
             }),
             ..SharedStorageProvider::default()

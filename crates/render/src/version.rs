@@ -1,7 +1,7 @@
 //! MatrixOne and operator versions, read as the Go operator reads them
 //! (blang/semver `ParseTolerant`, reference §1).
 
-use crate::spec::CNSetTemplate;
+use cnpool_api::cnset::CNSetTemplate;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Version {

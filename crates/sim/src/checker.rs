@@ -384,7 +384,7 @@ fn pool_record(object: &Value) -> PoolRecord {
         return PoolRecord { valid: false, labels: BTreeMap::new(), max_pods: None };
     };
     let valid = validate_pool_spec(&spec).is_ok();
-    let mut pod_labels = spec.template.metadata.as_ref().and_then(|meta| meta.labels.clone()).unwrap_or_default();
+    let mut pod_labels = spec.template_labels();
     pod_labels.extend(spec.pod_labels.clone());
     pod_labels.insert(labels::POOL_NAME.to_owned(), name);
     let max_pods = spec.strategy.scale_strategy.max_pods.and_then(|max| u32::try_from(max).ok()).filter(|_| valid);
@@ -988,7 +988,7 @@ mod tests {
         let pool = json!({
             "metadata": {"namespace": "default", "name": "pool", "uid": "pool"},
             "spec": {
-                "template": {"spec": {"containers": []}},
+                "template": {"image": "matrixorigin/matrixone:1.2.0"},
                 "podLabels": {"tier": "standard"},
                 "strategy": {"scaleStrategy": {"maxIdle": 1, "maxPods": 4}},
             },

@@ -293,7 +293,7 @@ impl ControlPlane {
             "kind": "CNPool",
             "metadata": {"name": name, "namespace": self.namespace},
             "spec": {
-                "template": {"spec": {"containers": [{"name": "cn", "image": "matrixorigin/matrixone:sim"}]}},
+                "template": {"image": "matrixorigin/matrixone:sim", "semanticVersion": "1.2.0"},
                 "podLabels": labels,
                 "strategy": {
                     "scaleStrategy": {"maxIdle": max_idle, "maxPods": max_pods},

@@ -488,7 +488,7 @@ async fn install(client: &kube::Client, scenario: &Scenario) -> Result<(), kube:
         "kind": "CNPool",
         "metadata": {"name": pool.name, "namespace": NAMESPACE},
         "spec": {
-            "template": {"spec": {"containers": [{"name": "cn", "image": "matrixorigin/matrixone:sim"}]}},
+            "template": {"image": "matrixorigin/matrixone:sim", "semanticVersion": "1.2.0"},
             "podLabels": {"tier": "standard"},
             "strategy": {
                 "scaleStrategy": {"maxIdle": pool.max_idle, "maxPods": pool.max_pods},
@@ -704,7 +704,7 @@ async fn act(sim: &Arc<Sim>, action: &Action, rng: &mut fastrand::Rng) {
         Action::ChangeTemplate(TemplateChange { image }) => {
             let pool = sim.pool.clone();
             sim.ledger.trace(format_args!("CONTROL pool {pool} template image {image}"));
-            let patch = json!({"spec": {"template": {"spec": {"containers": [{"name": "cn", "image": image}]}}}});
+            let patch = json!({"spec": {"template": {"image": image}}});
             let pools: Api<CNPool> = Api::namespaced(sim.control.clone(), NAMESPACE);
             if let Err(error) = pools.patch(&pool, &PatchParams::default(), &Patch::Merge(&patch)).await {
                 tracing::debug!(%error, pool, "control plane: template change refused");

@@ -213,7 +213,7 @@ mod tests {
     async fn each_path_reviews_its_own_kind() {
         let pool = json!({"apiVersion": "core.matrixorigin.io/v1alpha1", "kind": "CNPool",
                           "metadata": {"name": "pool-a", "namespace": "ns"},
-                          "spec": {"template": {"spec": {"containers": [{"name": "cn", "image": "mo"}]}},
+                          "spec": {"template": {"image": "matrixorigin/matrixone:1.2.0"},
                                    "strategy": {"scaleStrategy": {"maxIdle": 2, "maxPods": 1}}}});
         let review = review_json("CNPool", "CREATE", "pool-a", Some(pool), None, "u");
         let refused = post_review(POOLS_PATH, review.clone()).await;

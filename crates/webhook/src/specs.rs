@@ -57,7 +57,7 @@ mod tests {
     fn pool(scale: Value) -> Value {
         json!({"apiVersion": "core.matrixorigin.io/v1alpha1", "kind": "CNPool",
                "metadata": {"name": "pool-a", "namespace": "ns"},
-               "spec": {"template": {"spec": {"containers": [{"name": "cn", "image": "matrixone"}]}},
+               "spec": {"template": {"image": "matrixorigin/matrixone:1.2.0"},
                         "strategy": {"scaleStrategy": scale}}})
     }
 
@@ -130,7 +130,9 @@ mod tests {
 
     #[test]
     fn an_object_that_is_not_the_kind_expected_is_refused_as_unreadable() {
-        let not_a_pool = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {}});
+        // Every field of a CNPool's spec is optional: an object of another
+        // kind is unreadable when its spec has another type.
+        let not_a_pool = json!({"apiVersion": "v1", "kind": "List", "metadata": {"name": "p"}, "spec": "a list"});
         let response = review_pool(&request("CNPool", "CREATE", "p", Some(not_a_pool), None, "u"));
         assert!(!response.allowed);
         assert_eq!(response.result.code, 400);

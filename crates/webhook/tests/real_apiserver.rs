@@ -286,7 +286,7 @@ fn invalid_pool() -> CNPool {
     serde_json::from_value(json!({
         "apiVersion": "core.matrixorigin.io/v1alpha1", "kind": "CNPool",
         "metadata": {"name": "invalid"},
-        "spec": {"template": {"spec": {"containers": [{"name": "cn", "image": "matrixone"}]}},
+        "spec": {"template": {"image": "matrixorigin/matrixone:1.2.0"},
                  "strategy": {"scaleStrategy": {"maxIdle": 3, "maxPods": 1}}}
     }))
     .unwrap()

@@ -514,10 +514,19 @@ fn identity(pod: &Pod) -> (String, String) {
 }
 
 /// The UUID the pod's CN registers under: from its DNS name, as MatrixOne's
-/// start script computes it.
+/// start script computes it — `POD_NAME.HEADLESS_SERVICE_NAME.NAMESPACE.svc`
+/// from its environment (POD_NAME and NAMESPACE are the pod's own, by field
+/// reference) where the pod sets HEADLESS_SERVICE_NAME, as a Go-rendered CN
+/// does; else from its subdomain. Never from a label.
 pub fn store_uuid(pod: &Pod) -> Option<String> {
     let name = pod.metadata.name.as_deref()?;
     let namespace = pod.metadata.namespace.as_deref()?;
-    let subdomain = pod.spec.as_ref()?.subdomain.as_deref()?;
-    Some(cnpool_api::cn_store_uuid(name, subdomain, namespace))
+    let spec = pod.spec.as_ref()?;
+    let from_env = spec
+        .containers
+        .iter()
+        .flat_map(|container| container.env.iter().flatten())
+        .find_map(|var| (var.name == "HEADLESS_SERVICE_NAME").then_some(var.value.as_deref()).flatten());
+    let headless = from_env.or(spec.subdomain.as_deref())?;
+    Some(cnpool_api::cn_store_uuid(name, headless, namespace))
 }

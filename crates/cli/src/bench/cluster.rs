@@ -304,7 +304,7 @@ pub(super) async fn create_pool(client: &kube::Client, namespace: &str, size: us
         "kind": "CNPool",
         "metadata": {"name": POOL, "namespace": namespace},
         "spec": {
-            "template": {"spec": {"containers": [{"name": "cn", "image": "matrixorigin/matrixone:bench"}]}},
+            "template": {"image": "matrixorigin/matrixone:bench", "semanticVersion": "1.2.0"},
             "podLabels": {"tier": "standard"},
             "strategy": {"scaleStrategy": {"maxIdle": size, "maxPods": size}},
         },

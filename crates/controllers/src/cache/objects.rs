@@ -12,7 +12,7 @@ use kube::ResourceExt;
 
 use crate::cache::informer::{Cache, Index, add, drop_from, resolve};
 use crate::key::{Key, key_of};
-use crate::observe::template_revision;
+use crate::observe::pool_revision;
 
 /// Claims.
 #[derive(Default)]
@@ -105,7 +105,7 @@ pub struct PoolIndex {
 
 impl Index<CNPool> for PoolIndex {
     fn insert(&mut self, pool: &Arc<CNPool>) {
-        self.revisions.insert(key_of(pool.as_ref()), template_revision(&pool.spec.template));
+        self.revisions.insert(key_of(pool.as_ref()), pool_revision(&pool.spec));
     }
 
     fn remove(&mut self, pool: &Arc<CNPool>) {

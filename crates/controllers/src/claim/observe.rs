@@ -20,7 +20,7 @@ use kube::api::{Api, ListParams};
 use crate::cache::IdlePod;
 use crate::context::Context;
 use crate::error::Error;
-use crate::observe::{StoresOfPool, store_missing_noted, template_revision};
+use crate::observe::{StoresOfPool, pool_revision, store_missing_noted};
 use crate::stores::StoreSnapshot;
 
 /// What one reconcile has read, updated with what its writes returned.
@@ -314,11 +314,8 @@ pub(super) async fn why_no_pod<R: Send + Sync>(
         .list(&ListParams::default())
         .await
         .map_err(|error| Error::kube("list pools for claim", &claim.name, error))?;
-    let live: Vec<PoolView> = listed
-        .items
-        .iter()
-        .filter_map(|pool| ctx.pool_view(pool, &template_revision(&pool.spec.template)).ok())
-        .collect();
+    let live: Vec<PoolView> =
+        listed.items.iter().filter_map(|pool| ctx.pool_view(pool, &pool_revision(&pool.spec)).ok()).collect();
     Ok(cnpool_core::waiting::why_no_pod(claim, &live, occupancy, reachability))
 }
 

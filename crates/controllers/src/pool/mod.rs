@@ -7,6 +7,7 @@
 //! Rendering the pods and the Service is `pods`'s job; the pool's
 //! PodDisruptionBudget is `budget`'s.
 
+mod blueprint;
 mod budget;
 mod health;
 mod pods;
@@ -28,9 +29,9 @@ use crate::cache::waits_for_pod;
 use crate::context::Context;
 use crate::error::{Error, is_not_found, is_stale};
 use crate::key::{Key, Kind, key_of};
-use crate::observe::template_revision;
+use crate::observe::pool_revision;
 use crate::ownership::{self, Outcome, Transition};
-use crate::validity::{Verdict, ready_condition};
+use crate::validity::{INVALID_SPEC, Verdict, ready_condition};
 
 /// What an invalid pool does not do, as its condition says.
 const HELD_BACK: &str = "the pool creates, retires and deletes no pods; its pods keep serving their claims";
@@ -81,12 +82,21 @@ pub async fn reconcile<R: StoreRegistry + 'static>(pool: Arc<CNPool>, ctx: Arc<C
             Err(error) => Err(Error::kube("add finalizer to", format!("CNPool {namespace}/{name}"), error)),
         };
     }
-    if !deleting {
-        pods::ensure_service(&ctx, &pool).await?;
+    let revision = ctx.pools.revision(&key).unwrap_or_else(|| pool_revision(&pool.spec));
+    // A deleting pool creates no pods: it needs no blueprint.
+    let blueprint = match deleting {
+        true => None,
+        // Boxed: the rendering's state would otherwise sit in every pool
+        // reconcile's future, whose size the simulator's threads feel.
+        false => match Box::pin(blueprint::resolve(&ctx, &pool, &revision)).await? {
+            Ok(blueprint) => Some(blueprint),
+            Err(blocked) => return hold(&ctx, &pool, &blocked).await,
+        },
+    };
+    if let Some(blueprint) = &blueprint {
+        Box::pin(blueprint::ensure(&ctx, &pool, blueprint)).await?;
         budget::ensure(&ctx, &pool).await?;
     }
-
-    let revision = ctx.pools.revision(&key).unwrap_or_else(|| template_revision(&pool.spec.template));
     let view = ctx.pool_view(&pool, &revision)?;
     let raw_pods = ctx.pods.in_pool(&namespace, &name);
     let pods: Vec<PodView> = raw_pods.iter().map(|pod| ctx.observer().read_pod(pod)).collect::<Result<_, _>>()?;
@@ -101,9 +111,12 @@ pub async fn reconcile<R: StoreRegistry + 'static>(pool: Arc<CNPool>, ctx: Arc<C
     let plan = plan_pool(&view, &pods, pending, &expected);
     let busy = !plan.is_empty();
     let mut created = Vec::new();
-    for pod_name in &plan.create {
-        if pods::create_pod(&ctx, &pool, &revision, pod_name).await? {
-            created.push(pod_name.as_str());
+    // A deleting pool has no blueprint: its plan creates nothing.
+    if let Some(blueprint) = &blueprint {
+        for pod_name in &plan.create {
+            if pods::create_pod(&ctx, &pool, blueprint.pod_template(), &revision, pod_name).await? {
+                created.push(pod_name.as_str());
+            }
         }
     }
     let mut retired = Vec::new();
@@ -151,8 +164,9 @@ pub async fn reconcile<R: StoreRegistry + 'static>(pool: Arc<CNPool>, ctx: Arc<C
     Ok(Action::requeue(store_deadline.map_or(ctx.config.resync, |due| due.min(ctx.config.resync))))
 }
 
-/// Keeps an invalid pool's status (its pods counted, `Ready=False` saying
-/// which field to fix) and does nothing else: no pod created, retired or
+/// Keeps an invalid or blocked pool's status (its pods counted,
+/// `Ready=False` saying which field to fix or what it waits for) and does
+/// nothing else: no pod created, retired or
 /// deleted, so its pods keep serving. The fix wakes the pool through its
 /// watch.
 async fn hold<R: Send + Sync>(ctx: &Context<R>, pool: &CNPool, verdict: &Verdict) -> Result<Action, Error> {
@@ -167,7 +181,10 @@ async fn hold<R: Send + Sync>(ctx: &Context<R>, pool: &CNPool, verdict: &Verdict
         return Ok(Action::requeue(ctx.after_stale_refusal()));
     }
     ctx.backoff.settled(Kind::Pool, &key);
-    Ok(Action::requeue(ctx.config.resync))
+    // A fix of the spec wakes the pool through its watch; a LogSet coming
+    // ready does not (the operator does not watch LogSets): look again soon.
+    let again = if verdict.reason == INVALID_SPEC { ctx.config.resync } else { ctx.config.requeue_max };
+    Ok(Action::requeue(again))
 }
 
 pub fn error_policy<R>(pool: Arc<CNPool>, error: &Error, ctx: Arc<Context<R>>) -> Action {

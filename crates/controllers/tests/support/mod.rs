@@ -479,7 +479,7 @@ impl Cluster {
             "kind": "CNPool",
             "metadata": {"name": POOL, "namespace": ns},
             "spec": {
-                "template": {"spec": {"containers": [{"name": "cn", "image": "matrixorigin/matrixone:test"}]}},
+                "template": {"image": "matrixorigin/matrixone:1.2.0"},
                 "podLabels": {"tier": "standard"},
                 "strategy": {
                     "scaleStrategy": {"maxIdle": max_idle, "maxPods": max_pods},

@@ -165,7 +165,7 @@ fn pool_with(drain: serde_json::Value) -> CNPool {
         "apiVersion": "core.matrixorigin.io/v1alpha1", "kind": "CNPool",
         "metadata": {"name": "pool"},
         "spec": {
-            "template": {"spec": {"containers": []}},
+            "template": {"image": "matrixorigin/matrixone:1.2.0"},
             "strategy": {"scaleStrategy": {"maxIdle": 3, "maxPods": 8}, "drainStrategy": drain}
         }
     }))

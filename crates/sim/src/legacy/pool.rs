@@ -123,12 +123,17 @@ async fn cn_set(
 /// pool's pod labels, phase Unknown, held by the `cn-draining` finalizer.
 fn new_pod(pool: &CNPool) -> Result<Pod, LegacyError> {
     let name = pool.name_any();
-    let template = &pool.spec.template;
-    let mut pod_labels = template.metadata.as_ref().and_then(|meta| meta.labels.clone()).unwrap_or_default();
-    pod_labels.extend(pool.spec.pod_labels.clone());
-    pod_labels.insert(labels::POOL_NAME.to_owned(), name.clone());
+    let mut pod_labels = pool.pod_labels();
     pod_labels.insert(labels::PHASE.to_owned(), "Unknown".to_owned());
-    let mut spec = serde_json::to_value(template.spec.clone().unwrap_or_default()).unwrap_or_default();
+    let mut spec = match (&pool.spec.template, &pool.spec.pod_template) {
+        // The model's CN runs the template's image; how Go renders the rest
+        // of the pod does not change what the model shows.
+        (Some(template), _) => json!({"containers": [{"name": "main", "image": template.image}]}),
+        (None, pod_template) => {
+            serde_json::to_value(pod_template.as_ref().and_then(|template| template.spec.clone()).unwrap_or_default())
+                .unwrap_or_default()
+        }
+    };
     spec["subdomain"] = json!(name);
     let pod = json!({
         "apiVersion": "v1",

@@ -11,7 +11,7 @@
 
 use std::collections::BTreeMap;
 
-use cnpool_api::GoDuration;
+use crate::common::GoDuration;
 use k8s_openapi::api::core::v1::{
     Affinity, Container, EnvFromSource, EnvVar, HostAlias, Lifecycle, LocalObjectReference, PersistentVolumeClaim,
     PodDNSConfig, PodSecurityContext, Probe, ResourceRequirements, SecurityContext, Toleration,
@@ -37,6 +37,8 @@ pub struct CNSetTemplate {
     pub image: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<ResourceRequirements>,
+    /// Changes to the rendered pod and its main container (env, volumes,
+    /// probes, affinity, tolerations, pod labels, …), as in Go.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "schemaless")]
     pub overlay: Option<Overlay>,
@@ -46,6 +48,7 @@ pub struct CNSetTemplate {
     /// Topology keys to spread the pods over (one constraint each).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub topology_spread: Vec<String>,
+    /// The pods' node selector.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub node_selector: BTreeMap<String, String>,
     /// CN settings merged into the generated config.toml: TOML text, or an
@@ -59,27 +62,36 @@ pub struct CNSetTemplate {
     /// GOMEMLIMIT as a percentage of the memory limit, in (0, 100].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_limit_percent: Option<i64>,
+    /// Whether the CN exports metrics to Prometheus.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub export_to_prometheus: Option<bool>,
     /// `Pod` or `Service`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prom_discovery_scheme: Option<String>,
+    /// The MatrixOne version, when the image tag is not one (e.g. `1.2.0`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub semantic_version: Option<String>,
+    /// The Go operator version the template was written for; 1.3 and later
+    /// turn Go's in-place gates on (reference §1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub operator_version: Option<String>,
     /// Size of a memory filesystem the CN binary is copied to and run from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_fs_size: Option<K8sQuantity>,
+    /// A per-pod data volume for the CN's disk cache (not created by
+    /// cnpool yet: a pool with one is held with a condition saying so).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cache_volume: Option<CacheVolume>,
+    /// Memory and disk sizes of the CN's shared storage cache.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shared_storage_cache: Option<SharedStorageCache>,
+    /// A Python UDF server run beside the CN.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub python_udf_sidecar: Option<PythonUdfSidecar>,
     /// `TP` or `AP` (deprecated in Go).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub role: Option<String>,
+    /// Draining of released CNs (`storeDrainTimeout`, `minDelaySeconds`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scaling_config: Option<ScalingConfig>,
     #[serde(flatten)]
@@ -90,10 +102,13 @@ pub struct CNSetTemplate {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CacheVolume {
+    /// The volume's size (a Kubernetes quantity, e.g. `100Gi`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub size: Option<K8sQuantity>,
+    /// The storage class of the volume claim.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub storage_class_name: Option<String>,
+    /// Unused for CNs (as in Go).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_cache_size: Option<K8sQuantity>,
     #[serde(flatten)]
@@ -104,8 +119,10 @@ pub struct CacheVolume {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SharedStorageCache {
+    /// Memory for the S3 cache (default: half the memory request).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_cache_size: Option<K8sQuantity>,
+    /// Disk for the S3 cache (default: 90 % of the cache volume).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disk_cache_size: Option<K8sQuantity>,
     #[serde(flatten)]
@@ -116,14 +133,18 @@ pub struct SharedStorageCache {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PythonUdfSidecar {
+    /// Whether the sidecar runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub enabled: Option<bool>,
+    /// Its port (default 50051).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub port: Option<i64>,
+    /// Its image (default `composer000/mo-python-udf-server:latest`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<ResourceRequirements>,
+    /// Changes to the sidecar container, like the main container's overlay.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "schemaless")]
     pub overlay: Option<SidecarOverlay>,
@@ -140,6 +161,7 @@ pub struct ScalingConfig {
     pub store_drain_enabled: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub store_drain_timeout: Option<GoDuration>,
+    /// A released CN drains at least this long (default 15).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub min_delay_seconds: Option<i32>,
     #[serde(flatten)]
@@ -238,14 +260,18 @@ pub struct Overlay {
 /// A CNPool's `spec.deps` in the Go shape (Go `CNSetDeps`).
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct GoPoolDeps {
+#[schemars(extend("x-kubernetes-preserve-unknown-fields" = true))]
+pub struct PoolDeps {
     /// A LogSet object used as a reference: its `metadata.name` and
-    /// `metadata.namespace` name the LogSet the pool's CNs join.
+    /// `metadata.namespace` (default: the pool's) name the LogSet the
+    /// pool's CNs join. cnpool's older form `{name, namespace}` is accepted too.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "schemaless")]
     pub log_set: Option<LogSet>,
+    /// A HAKeeper outside the cluster's LogSets, by address; used when
+    /// `logSet` is not given.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub external_log_set: Option<GoExternalLogSet>,
+    pub external_log_set: Option<ExternalLogSet>,
     /// Only waited for by Go; kept as read.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "schemaless")]
@@ -255,11 +281,34 @@ pub struct GoPoolDeps {
     pub rest: Rest,
 }
 
+impl PoolDeps {
+    /// The namespace and name of the LogSet `logSet` names: its
+    /// `metadata`, else the older `{name, namespace}`; the namespace
+    /// defaults to the pool's. `None` without a named `logSet` (validation
+    /// refuses a `logSet` without a name).
+    pub fn log_set_key(&self, pool_namespace: &str) -> Option<(String, String)> {
+        let log_set = self.log_set.as_ref()?;
+        let non_empty = |text: &Option<String>| text.clone().filter(|text| !text.is_empty());
+        let name = non_empty(&log_set.metadata.name).or_else(|| non_empty(&log_set.name))?;
+        let namespace = non_empty(&log_set.metadata.namespace)
+            .or_else(|| non_empty(&log_set.namespace))
+            .unwrap_or_else(|| pool_namespace.to_owned());
+        Some((namespace, name))
+    }
+
+    /// `externalLogSet.haKeeperEndpoint`, trimmed, when set and not empty:
+    /// the HAKeeper address of a pool without a `logSet`.
+    pub fn external_endpoint(&self) -> Option<&str> {
+        let endpoint = self.external_log_set.as_ref()?.ha_keeper_endpoint.trim();
+        (!endpoint.is_empty()).then_some(endpoint)
+    }
+}
+
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct GoExternalLogSet {
+pub struct ExternalLogSet {
     /// `host:port` of the HAKeeper (log service) of the MatrixOne cluster.
-    #[serde(rename = "haKeeperEndpoint", default)]
+    #[serde(rename = "haKeeperEndpoint")]
     pub ha_keeper_endpoint: String,
     #[serde(flatten)]
     #[schemars(skip)]
@@ -274,6 +323,13 @@ pub struct GoExternalLogSet {
 pub struct LogSet {
     #[serde(default)]
     pub metadata: ObjectMeta,
+    /// cnpool's older form of `deps.logSet` (`{name, namespace}`), still
+    /// accepted there; `metadata.name` wins. Never set on a LogSet object.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// The older form's namespace; `metadata.namespace` wins.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub spec: Option<LogSetSpec>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
