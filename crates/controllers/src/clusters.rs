@@ -1,10 +1,10 @@
 //! Which MatrixOne cluster, named by its HAKeeper's `host:port`, each pool
 //! belongs to (DESIGN §2, "One HAKeeper per MatrixOne cluster"), from
 //! [`cnpool_api::hakeeper::hakeeper_source`]:
-//! - `spec.deps.externalLogSet.haKeeperEndpoint` when set;
-//! - else `spec.deps.logSet`: the LogSet object (namespace defaulting to the
+//! - `spec.deps.logSet`: the LogSet object (namespace defaulting to the
 //!   pool's), whose `status.discovery` {address, port} the Go operator's
-//!   LogSet controller fills in;
+//!   LogSet controller fills in (it wins, as in the rendered CN config);
+//! - else `spec.deps.externalLogSet.haKeeperEndpoint`;
 //! - else the operator's `--hakeeper-discovery`.
 //!
 //! LogSets are read from a watch ([`watch`]). A cluster without the LogSet
@@ -236,16 +236,15 @@ mod tests {
     }
 
     #[test]
-    fn an_external_endpoint_wins_then_a_log_set_then_the_default() {
+    fn a_log_set_wins_then_an_external_endpoint_then_the_default() {
         let log_sets = LogSets::default();
         log_sets.apply(&log_set("tenants", "mo", json!({"address": "mo-log-discovery.tenants.svc", "port": 32001})));
-        let both = pool(json!({"logSet": {"name": "mo"}, "externalLogSet": {"haKeeperEndpoint": "10.0.0.1:32001"}}));
-        assert_eq!(cluster_of(&both, &log_sets, "default:32001").unwrap(), "10.0.0.1:32001");
-        let log_set_only = pool(json!({"logSet": {"name": "mo"}}));
-        assert_eq!(
-            cluster_of(&log_set_only, &log_sets, "default:32001").unwrap(),
-            "mo-log-discovery.tenants.svc:32001"
+        let both = pool(
+            json!({"logSet": {"metadata": {"name": "mo"}}, "externalLogSet": {"haKeeperEndpoint": "10.0.0.1:32001"}}),
         );
+        assert_eq!(cluster_of(&both, &log_sets, "default:32001").unwrap(), "mo-log-discovery.tenants.svc:32001");
+        let external_only = pool(json!({"externalLogSet": {"haKeeperEndpoint": "10.0.0.1:32001"}}));
+        assert_eq!(cluster_of(&external_only, &log_sets, "default:32001").unwrap(), "10.0.0.1:32001");
         assert_eq!(cluster_of(&pool(json!(null)), &log_sets, "default:32001").unwrap(), "default:32001");
         assert_eq!(cluster_of(&pool(json!({})), &log_sets, "default:32001").unwrap(), "default:32001");
     }
