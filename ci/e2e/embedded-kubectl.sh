@@ -41,7 +41,7 @@ check "the example pool shows maxPods 10 and Ready True" \
   expect_match '^default +[0-9]+ +[0-9]+ +[0-9]+ +10 +True ' "$(kubectl get cnpools --no-headers 2>&1)"
 check "-o wide shows the pool's template revision" \
   expect_match "$(kubectl get cnpool default -o jsonpath='{.status.currentRevision}')\$" \
-  "$(kubectl get cnpools -o wide --no-headers 2>&1)"
+  "$(kubectl get cnpool default -o wide --no-headers 2>&1)"
 check "kubectl get cnclaimsets shows Ready, then Replicas" \
   expect_match '^NAME +READY +REPLICAS +AGE$' "$(kubectl get cnclaimsets 2>&1 | head -n 1)"
 

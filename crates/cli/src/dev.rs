@@ -265,8 +265,10 @@ where
 /// Ready and Synced as matrixone-operator leaves a running one.
 fn log_set(name: &str, hakeeper: SocketAddr) -> DynamicObject {
     let ready = |type_: &str| {
+        // observedGeneration: the pool controller, as Go, waits for Synced
+        // at the LogSet's generation, which stays 1 (its spec never changes).
         json!({"type": type_, "status": "True", "reason": type_, "message": "simulated by cnpool dev",
-               "lastTransitionTime": "2026-01-01T00:00:00Z"})
+               "lastTransitionTime": "2026-01-01T00:00:00Z", "observedGeneration": 1})
     };
     let mut object = DynamicObject::new(name, &cnpool_api::hakeeper::log_set_resource()).within(LOG_SET_NAMESPACE);
     object.metadata.labels = Some([(DEV_MANAGED.0.to_owned(), DEV_MANAGED.1.to_owned())].into());
