@@ -49,11 +49,12 @@ pub enum DepsError {
 /// HAKeeper.
 pub fn cluster(
     deps: &PoolDeps,
+    pool_namespace: &str,
     log_set: Option<&LogSet>,
     reserve_ordinals: &[i32],
 ) -> Result<Option<Cluster>, DepsError> {
     if deps.log_set.is_some() {
-        let (namespace, name) = deps.log_set_key("").ok_or(DepsError::LogSetUnnamed)?;
+        let (namespace, name) = deps.log_set_key(pool_namespace).ok_or(DepsError::LogSetUnnamed)?;
         let read = log_set.ok_or_else(|| DepsError::LogSetNotReady {
             namespace: namespace.clone(),
             name: name.clone(),
@@ -161,7 +162,7 @@ mod tests {
     fn a_ready_log_set_gives_its_discovery_address_and_log_services() {
         // reference §5: L=mo, LNS=default → mo-log-discovery.default.svc:32001; replicas 3 → ordinals 0,1,2.
         let deps = deps(serde_json::json!({"logSet": {"metadata": {"name": "mo", "namespace": "default"}}}));
-        let cluster = cluster(&deps, Some(&ready_mo_log_set(3)), &[]).unwrap().unwrap();
+        let cluster = cluster(&deps, "tenant", Some(&ready_mo_log_set(3)), &[]).unwrap().unwrap();
         assert_eq!(cluster.hakeeper_address, "mo-log-discovery.default.svc:32001");
         assert_eq!(
             cluster.service_addresses,
@@ -172,7 +173,7 @@ mod tests {
             ]
         );
         // reference §3: replicas 3, reserveOrdinals [1] → ordinals 0, 2, 3.
-        let reserved = super::cluster(&deps, Some(&ready_mo_log_set(3)), &[1]).unwrap().unwrap();
+        let reserved = super::cluster(&deps, "tenant", Some(&ready_mo_log_set(3)), &[1]).unwrap().unwrap();
         let ordinals: Vec<&str> = reserved.service_addresses.iter().map(|a| &a[..8]).collect();
         assert_eq!(ordinals, ["mo-log-0", "mo-log-2", "mo-log-3"]);
     }
@@ -182,24 +183,27 @@ mod tests {
         let deps = deps(serde_json::json!({"logSet": {"metadata": {"name": "mo", "namespace": "default"}}}));
         let mut stale = ready_mo_log_set(3);
         stale.metadata.generation = Some(3);
-        let err = cluster(&deps, Some(&stale), &[]).unwrap_err();
+        let err = cluster(&deps, "tenant", Some(&stale), &[]).unwrap_err();
         assert!(matches!(err, DepsError::LogSetNotReady { .. }), "{err}");
         let mut hidden = ready_mo_log_set(3);
         if let Some(status) = hidden.status.as_mut() {
             status.discovery = None;
         }
-        assert!(matches!(cluster(&deps, Some(&hidden), &[]), Err(DepsError::NoDiscovery { .. })));
-        assert!(matches!(cluster(&deps, None, &[]), Err(DepsError::LogSetNotReady { .. })));
+        assert!(matches!(cluster(&deps, "tenant", Some(&hidden), &[]), Err(DepsError::NoDiscovery { .. })));
+        assert!(matches!(cluster(&deps, "tenant", None, &[]), Err(DepsError::LogSetNotReady { .. })));
+        let in_pools_namespace = super::tests::deps(serde_json::json!({"logSet": {"metadata": {"name": "mo"}}}));
+        let missing = cluster(&in_pools_namespace, "tenant", None, &[]).unwrap_err();
+        assert!(missing.to_string().contains("LogSet tenant/mo "), "named with the pool's namespace: {missing}");
     }
 
     #[test]
     fn an_external_log_set_is_its_endpoint_and_no_deps_is_none() {
         let external = deps(serde_json::json!({"externalLogSet": {"haKeeperEndpoint": "hk.example:32001"}}));
-        let cluster = cluster(&external, None, &[]).unwrap().unwrap();
+        let cluster = cluster(&external, "tenant", None, &[]).unwrap().unwrap();
         assert_eq!(cluster.hakeeper_address, "hk.example:32001");
-        assert_eq!(super::cluster(&PoolDeps::default(), None, &[]), Ok(None));
+        assert_eq!(super::cluster(&PoolDeps::default(), "tenant", None, &[]), Ok(None));
         let empty = deps(serde_json::json!({"externalLogSet": {"haKeeperEndpoint": ""}}));
-        assert_eq!(super::cluster(&empty, None, &[]), Err(DepsError::EndpointEmpty));
+        assert_eq!(super::cluster(&empty, "tenant", None, &[]), Err(DepsError::EndpointEmpty));
     }
 
     #[test]

@@ -106,7 +106,7 @@ async fn cluster<R>(ctx: &Context<R>, pool: &CNPool) -> Result<Result<Cluster, V
     };
     let not_ready =
         |error: deps::DepsError| Verdict::blocked(LOG_SET_NOT_READY, format!("{error}. Until it is, {BLOCKED}"));
-    Ok(match deps::cluster(&deps, log_set.as_ref(), &[]) {
+    Ok(match deps::cluster(&deps, &namespace, log_set.as_ref(), &[]) {
         Ok(Some(cluster)) => Ok(cluster),
         Ok(None) => Ok(Cluster {
             hakeeper_address: ctx.config.hakeeper_discovery.clone(),
