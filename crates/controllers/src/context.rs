@@ -136,10 +136,15 @@ impl<R> Context<R> {
         self.cluster_of_pool(namespace, pool.map(String::as_str).unwrap_or_default())
     }
 
-    /// Whether the HAKeeper of the pool `namespace/pool` answers; an
-    /// unresolved one does not.
+    /// Whether the HAKeeper of the pool `namespace/pool` answers. One its
+    /// deps cannot lead to does not; the HAKeeper of a pool the cache has
+    /// not shown yet (a claim listed it live) is not judged.
     pub(crate) fn reachability_of(&self, namespace: &str, pool: &str) -> Reachability {
-        self.cluster_of_pool(namespace, pool).map_or(Reachability::Unreachable, |cluster| cluster.stores.reachability())
+        match self.cluster_of_pool(namespace, pool) {
+            Ok(cluster) => cluster.stores.reachability(),
+            Err(Unresolved::UnknownPool { .. }) => Reachability::Unknown,
+            Err(_) => Reachability::Unreachable,
+        }
     }
 
     /// The clusters the cached pools use.
