@@ -10,6 +10,7 @@
 //! operator's Kubernetes 1.27 types.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use crate::common::GoDuration;
 use k8s_openapi::api::core::v1::{
@@ -22,6 +23,11 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta};
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+
+/// The CNSet webhook's `scalingConfig.storeDrainTimeout` (reference §1): a
+/// pool's CNs always drain, for this long unless the pool or its template
+/// says otherwise.
+pub const DEFAULT_STORE_DRAIN_TIMEOUT: Duration = Duration::from_secs(5 * 60);
 
 /// Keys a struct does not model, kept as read.
 pub type Rest = BTreeMap<String, Value>;

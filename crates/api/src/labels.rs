@@ -30,6 +30,15 @@ pub const INSTANCE_ID: &str = "claim.matrixorigin.io/instance-id";
 pub const OUTDATED: &str = "matrixorigin.io/outdated";
 /// The CN store UUID of a pod.
 pub const CN_UUID: &str = "matrixone.cloud/cn-uuid";
+/// The CN set a CN pod belongs to: `<pool>-<CNSet hash>` for a pool's pods,
+/// the Go operator's and those cnpool renders from a Go-shaped template.
+pub const INSTANCE: &str = "matrixorigin.io/instance";
+/// The kind of MatrixOne component a pod runs; [`CN_SET_COMPONENT`] for CNs.
+pub const COMPONENT: &str = "matrixorigin.io/component";
+/// [`COMPONENT`] of a CN pod.
+pub const CN_SET_COMPONENT: &str = "CNSet";
+/// The namespace of the MatrixOne object a pod belongs to.
+pub const INSTANCE_NAMESPACE: &str = "matrixorigin.io/namespace";
 
 /// Annotation `Pooling` marking pods managed by a pool.
 pub const MANAGEMENT_POLICY: &str = "pool.matrixorigin.io/management-policy";
@@ -69,6 +78,13 @@ pub const RECORDED_POD: &str = "pool.matrixorigin.io/recorded-pod";
 pub const CN_DRAINING_FINALIZER: &str = "matrixorigin.io/cn-draining";
 /// Pod readiness gate and condition type: the CN is registered and serving.
 pub const CN_STORE_CONDITION: &str = "matrixorigin.io/cn-store";
+/// Readiness gates of the Go operator's pods that OpenKruise answered; a
+/// pod's gates cannot be removed, so cnpool answers them for pods it took
+/// over (docs/cutover.md).
+pub const KRUISE_READINESS_GATES: [&str; 2] = ["KruisePodReady", "InPlaceUpdateReady"];
+/// Pod annotation: the Go workload (`<Kind>/<name>`) cnpool released the pod
+/// from at cutover, so that a workload taking it back is told, not fought.
+pub const RELEASED_FROM: &str = "pool.matrixorigin.io/released-from";
 /// Finalizer on claims: pods are released before the claim goes.
 pub const CLAIM_FINALIZER: &str = "pool.matrixorigin.io/claim";
 /// Finalizer on pools: bound pods keep serving until their claims let go.

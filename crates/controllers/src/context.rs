@@ -195,7 +195,9 @@ impl<R> Context<R> {
     ) -> Result<PoolView, cnpool_core::convert::ConvertError> {
         let mut view = cnpool_core::convert::pool_view(pool, revision)?;
         let drain = pool.spec.strategy.drain_strategy.as_ref();
-        if drain.and_then(|drain| drain.timeout.as_ref()).is_none() {
+        // A Go-shaped template has a drain timeout of its own (the CNSet
+        // webhook's default at least).
+        if drain.and_then(|drain| drain.timeout.as_ref()).is_none() && pool.spec.template.is_none() {
             view.drain_timeout = self.config.drain_timeout;
         }
         if drain.and_then(|drain| drain.min_delay.as_ref()).is_none() {

@@ -18,6 +18,8 @@
 //!   its `spec.deps` and the LogSets it names;
 //! - [`registries`]: one HAKeeper client and store listing per cluster;
 //! - `registry_poll`: each cluster's store list, read into its `stores`;
+//! - `takeover`: Go-rendered pods released from their Go workload, and
+//!   their kruise readiness gates answered, at cutover;
 //! - [`cutover`]: the cutover time, read from (or first recorded in) the
 //!   cluster at start: only claims older than it adopt Go-bound pods;
 //! - `conditions`: setting a status condition, kept once for every kind;
@@ -64,6 +66,7 @@ mod requests;
 pub mod sabotage;
 pub mod store;
 mod stores;
+mod takeover;
 mod validity;
 mod wake;
 mod wakers;

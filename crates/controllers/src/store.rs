@@ -39,6 +39,7 @@ use crate::error::{Error, is_not_found, is_stale};
 use crate::key::{Key, Kind, key_of};
 use crate::ownership::{self, Outcome, Transition};
 use crate::registries::ClusterRegistry;
+use crate::takeover::{self, Release};
 use crate::wake;
 
 /// Refreshes the stats annotations of the Bound pods every
@@ -99,6 +100,11 @@ pub async fn reconcile<R: StoreRegistry + 'static>(pod: Arc<Pod>, ctx: Arc<Conte
     };
     if view.deleting {
         return finalize(&ctx, &pod, &uuid).await;
+    }
+    match takeover::release_from_go_workload(&ctx, &pod).await? {
+        Some(Release::Released) => return Ok(after_own_write(&ctx)),
+        Some(Release::Refused) => return Ok(Action::requeue(ctx.backoff.refused(Kind::Pod, &key))),
+        Some(Release::TakenBack) | None => {}
     }
     if !pod.finalizers().iter().any(|f| f == labels::CN_DRAINING_FINALIZER) {
         return add_finalizer(&ctx, &pod).await;
@@ -239,24 +245,30 @@ async fn write_store<R: StoreRegistry>(
     Ok(())
 }
 
-/// The pod's `cn-store` condition: True while its CN is registered.
-/// `false` when the write was refused as stale.
+/// The pod's `cn-store` condition: True while its CN is registered; and
+/// the kruise gates of a pod taken over from the Go operator, True
+/// ([`takeover`]). `false` when the write was refused as stale.
 async fn set_store_condition<R>(ctx: &Context<R>, pod: &Pod, registered: bool) -> Result<bool, Error> {
     let wanted = if registered { "True" } else { "False" };
     let conditions = pod.status.as_ref().and_then(|status| status.conditions.clone()).unwrap_or_default();
     let current = conditions.iter().find(|condition| condition.type_ == labels::CN_STORE_CONDITION);
-    if current.is_some_and(|condition| condition.status == wanted) || (current.is_none() && !registered) {
+    let store_said = current.is_some_and(|condition| condition.status == wanted) || (current.is_none() && !registered);
+    let mut written = takeover::kruise_gate_answers(pod, ctx.now());
+    if !store_said {
+        written.push(PodCondition {
+            type_: labels::CN_STORE_CONDITION.to_owned(),
+            status: wanted.to_owned(),
+            reason: Some(if registered { "StoreRegistered" } else { "StoreMissing" }.to_owned()),
+            last_transition_time: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(ctx.now())),
+            ..PodCondition::default()
+        });
+    }
+    if written.is_empty() {
         return Ok(true);
     }
     let mut updated: Vec<PodCondition> =
-        conditions.iter().filter(|condition| condition.type_ != labels::CN_STORE_CONDITION).cloned().collect();
-    updated.push(PodCondition {
-        type_: labels::CN_STORE_CONDITION.to_owned(),
-        status: wanted.to_owned(),
-        reason: Some(if registered { "StoreRegistered" } else { "StoreMissing" }.to_owned()),
-        last_transition_time: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(ctx.now())),
-        ..PodCondition::default()
-    });
+        conditions.into_iter().filter(|condition| !written.iter().any(|new| new.type_ == condition.type_)).collect();
+    updated.extend(written);
     // Guarded by the pod's version, not by a test of the conditions read:
     // the typed pod drops the nulls the server keeps (a kubelet's
     // `lastProbeTime: null`), so such a test never passes on a real

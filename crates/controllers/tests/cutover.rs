@@ -197,3 +197,156 @@ async fn an_invalid_go_era_claim_keeps_its_pod() {
     assert_eq!(cluster.claims().get("odd").await.unwrap().spec.pod_name, "mo-1");
     assert!(loss_reasons(&commits, "odd").is_empty(), "an invalid Go-era claim is not Lost");
 }
+
+/// The CN set the Go operator made for the template
+/// `{image: matrixorigin/matrixone:1.1.0}` of pool [`POOL`] (reference §0's
+/// worked example), and one of an older template.
+fn go_cn_sets() -> (String, String) {
+    (format!("{POOL}-5d7c6d9c8d"), format!("{POOL}-4f8b2c6d9k"))
+}
+
+/// Whether `pod` is of the CN set `cn_set`, by Go's instance label or by
+/// cnpool's revision label.
+fn of_cn_set(pod: &Pod, cn_set: &str) -> bool {
+    label(pod, "matrixorigin.io/instance") == Some(cn_set)
+        || label(pod, labels::REVISION).is_some_and(|revision| cn_set == format!("{POOL}-{revision}"))
+}
+
+fn condition_status<'a>(pod: &'a Pod, type_: &str) -> Option<&'a str> {
+    let conditions = pod.status.as_ref()?.conditions.as_ref()?;
+    conditions.iter().find(|condition| condition.type_ == type_).map(|condition| condition.status.as_str())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_go_rendered_pool_is_taken_over_in_place_and_only_its_old_cn_sets_pods_leave_by_migration() {
+    let cluster = Cluster::new().await;
+    // The pool as written for the Go operator, and the pods its CN sets'
+    // CloneSets left: one bound and one idle of the current template, one
+    // bound of an older one.
+    let pool: cnpool_api::CNPool = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": POOL, "namespace": cluster.ns},
+        "spec": {
+            "template": {"image": "matrixorigin/matrixone:1.1.0", "replicas": 0},
+            "podLabels": {"tier": "standard"},
+            "strategy": {
+                "scaleStrategy": {"maxIdle": 1, "maxPods": 10},
+                "drainStrategy": {"minDelay": "300ms", "timeout": "60s"},
+            },
+        },
+    }))
+    .unwrap();
+    cluster.pools().create(&PostParams::default(), &pool).await.unwrap();
+    let (current, older) = go_cn_sets();
+    let (kept, idle, old) = (format!("{current}-cn-x8k2p"), format!("{current}-cn-b7q4z"), format!("{older}-cn-m2n5w"));
+    let clone_sets = [legacy::go_clone_set(&cluster, &current).await, legacy::go_clone_set(&cluster, &older).await];
+    let (of_current, of_older) = ((current.as_str(), clone_sets[0].as_str()), (older.as_str(), clone_sets[1].as_str()));
+    for (pod, cn_set, phase, claim) in [
+        (&kept, of_current, "Bound", Some("tenant")),
+        (&idle, of_current, "Idle", None),
+        (&old, of_older, "Bound", Some("laggard")),
+    ] {
+        let pod = legacy::go_cn_set_pod(&cluster.ns, pod, cn_set, phase, claim);
+        cluster.pods().create(&PostParams::default(), &pod).await.unwrap();
+    }
+    for (claim, pod) in [("tenant", &kept), ("laggard", &old)] {
+        cluster.create_claim(claim, &[("account", claim)], &[]).await;
+        legacy::go_bind(&cluster, claim, pod).await;
+    }
+    let mut uids = BTreeMap::new();
+    for (pod, claim) in [(&kept, Some("tenant")), (&idle, None), (&old, Some("laggard"))] {
+        let object = cluster.pods().get(pod).await.unwrap();
+        let uuid = label(&object, labels::CN_UUID).unwrap().to_owned();
+        eventually(&format!("{pod}'s CN registered"), Duration::from_secs(10), || async {
+            cluster.store(&uuid).await.map(|_| ()).ok_or_else(|| "not yet".to_string())
+        })
+        .await;
+        if let Some(claim) = claim {
+            cluster.label_store(&uuid, &[("account".to_string(), vec![claim.to_string()])].into()).await;
+        }
+        uids.insert(pod.clone(), object.metadata.uid.clone().unwrap());
+    }
+    // Kruise had the bound pod mid-lifecycle: its gates say False.
+    let mut conditions = cluster.pods().get(&kept).await.unwrap().status.unwrap().conditions.unwrap_or_default();
+    for gate in ["KruisePodReady", "InPlaceUpdateReady"] {
+        conditions.push(serde_json::from_value(serde_json::json!({"type": gate, "status": "False"})).unwrap());
+    }
+    let status = serde_json::json!({"status": {"conditions": conditions}});
+    cluster.pods().patch_status(&kept, &Default::default(), &kube::api::Patch::Merge(&status)).await.unwrap();
+
+    let commits = Commits::record(&cluster).await;
+    cluster.start_operator(0).await;
+
+    // The current template's pods are taken over where they are: released
+    // from the CloneSet (no garbage collection reaches them), the bound one
+    // adopted by its claim, kruise's gates answered.
+    let tenant = cluster.claims().get("tenant").await.unwrap().metadata.uid.unwrap();
+    eventually("the current CN set's pods taken over", Duration::from_secs(60), || async {
+        let mut waiting = Vec::new();
+        for pod in [&kept, &idle] {
+            let object = cluster.pods().get(pod).await.map_err(|e| e.to_string())?;
+            if object.metadata.owner_references.as_ref().is_some_and(|owners| !owners.is_empty()) {
+                waiting.push(format!("{pod} still owned by {:?}", object.metadata.owner_references));
+            }
+            if pod == &kept {
+                if label(&object, labels::CLAIM_UID) != Some(tenant.as_str()) {
+                    waiting.push(format!("{pod} not adopted: {:?}", object.metadata.labels));
+                }
+                for gate in ["KruisePodReady", "InPlaceUpdateReady"] {
+                    if condition_status(&object, gate) != Some("True") {
+                        waiting.push(format!("{pod}'s {gate} is {:?}", condition_status(&object, gate)));
+                    }
+                }
+            }
+        }
+        if waiting.is_empty() { Ok(()) } else { Err(waiting.join("; ")) }
+    })
+    .await;
+
+    // Deleting the current CN set's CloneSet, as deleting the Go CN set
+    // does, deletes none of its pods.
+    let clone_sets = legacy::schemaless_kind(&cluster, "apps.kruise.io", "CloneSet", "clonesets").await;
+    clone_sets.delete(&format!("{current}-cn"), &Default::default()).await.unwrap();
+
+    // The older CN set's bound pod is Outdated: its claim migrates to a pod
+    // of the current template, and the pod leaves.
+    let target = eventually("laggard migrated to the current template", Duration::from_secs(120), || async {
+        let claim = cluster.claims().get("laggard").await.map_err(|e| e.to_string())?;
+        let pod = cluster.pods().get(&claim.spec.pod_name).await.map_err(|e| e.to_string())?;
+        let owned = label(&pod, labels::CLAIM_UID) == claim.metadata.uid.as_deref();
+        match (claim_phase(&claim), of_cn_set(&pod, &current) && owned, &claim.spec.source_pod) {
+            (Some("Bound"), true, None) => Ok(claim.spec.pod_name.clone()),
+            other => Err(format!("{other:?} on {}", claim.spec.pod_name)),
+        }
+    })
+    .await;
+    assert_ne!(target, old);
+    eventually(&format!("{old} gone"), Duration::from_secs(120), || async {
+        match cluster.pods().get_opt(&old).await.map_err(|e| e.to_string())? {
+            None => Ok(()),
+            Some(pod) => Err(format!("{:?}", pod.metadata.labels)),
+        }
+    })
+    .await;
+    let moved = commits.states_of("cnclaims", "laggard");
+    assert!(
+        moved.iter().any(|claim| claim["spec"]["sourcePod"]["podName"] == old.as_str()),
+        "laggard left {old} by migration"
+    );
+
+    // No pod of the current template was deleted, restarted or given
+    // another owner; the tenant never lost its CN.
+    for pod in [&kept, &idle] {
+        let now = cluster.pods().get(pod).await.unwrap();
+        assert_eq!(now.metadata.uid.as_ref(), uids.get(pod), "{pod} is the pod the Go operator made");
+        for state in commits.states_of("pods", pod) {
+            let state: Pod = serde_json::from_value(state).unwrap();
+            assert!(state.metadata.deletion_timestamp.is_none(), "{pod} was deleted");
+            if pod == &kept {
+                assert_eq!(label(&state, labels::CLAIMED_BY), Some("tenant"), "{:?}", state.metadata.labels);
+                assert_eq!(label(&state, labels::PHASE), Some("Bound"));
+            }
+        }
+    }
+    assert!(loss_reasons(&commits, "tenant").is_empty() && loss_reasons(&commits, "laggard").is_empty());
+    assert_eq!(cluster.claims().get("tenant").await.unwrap().spec.pod_name, kept);
+}

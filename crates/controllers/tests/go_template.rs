@@ -15,45 +15,12 @@ use std::time::Duration;
 
 use cnpool_api::{CNPool, labels};
 use k8s_openapi::api::core::v1::{ConfigMap, EnvVar, Pod, Service};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
 use serde_json::json;
 use sha2::{Digest, Sha256};
-use support::{Cluster, POOL, eventually, label};
+use support::{Cluster, POOL, eventually, label, legacy};
 
 const LOG_SET: &str = "mo-logs";
-
-/// The Go operator's LogSet CRD, as far as a pool reads it: schemaless, with
-/// a status subresource.
-async fn install_log_set_crd(cluster: &Cluster) {
-    let crd: CustomResourceDefinition = serde_json::from_value(json!({
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": "logsets.core.matrixorigin.io"},
-        "spec": {
-            "group": "core.matrixorigin.io",
-            "scope": "Namespaced",
-            "names": {"plural": "logsets", "singular": "logset", "kind": "LogSet", "listKind": "LogSetList"},
-            "versions": [{
-                "name": "v1alpha1", "served": true, "storage": true,
-                "subresources": {"status": {}},
-                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}
-            }]
-        }
-    }))
-    .unwrap();
-    let crds: Api<CustomResourceDefinition> = Api::all(cluster.client.clone());
-    match crds.create(&PostParams::default(), &crd).await {
-        Ok(_) => {}
-        Err(kube::Error::Api(status)) if status.reason == "AlreadyExists" => {}
-        Err(other) => panic!("install the LogSet CRD: {other}"),
-    }
-    let log_sets = log_sets(cluster);
-    eventually("the LogSet CRD served", Duration::from_secs(30), || async {
-        log_sets.list(&Default::default()).await.map(|_| ()).map_err(|error| error.to_string())
-    })
-    .await;
-}
 
 fn log_sets(cluster: &Cluster) -> Api<DynamicObject> {
     let gvk = GroupVersionKind::gvk("core.matrixorigin.io", "v1alpha1", "LogSet");
@@ -130,7 +97,7 @@ fn field_ref(var: &EnvVar) -> Option<(&str, &str)> {
 #[tokio::test]
 async fn a_go_pool_waits_for_its_log_set_then_renders_cn_pods_as_the_go_operator() {
     let cluster = Cluster::new().await;
-    install_log_set_crd(&cluster).await;
+    legacy::schemaless_kind(&cluster, "core.matrixorigin.io", "LogSet", "logsets").await;
     cluster.start_operator(0).await;
     let ns = cluster.ns.clone();
 

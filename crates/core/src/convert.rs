@@ -9,6 +9,7 @@
 //! pod's node is cordoned (`spec.unschedulable`) is not on the pod: the
 //! caller, which watches Nodes, says so.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use cnpool_api::labels;
@@ -80,7 +81,7 @@ pub fn pod_view(pod: &Pod, node_cordoned: bool) -> Result<PodView, ConvertError>
         phase: labels.get(labels::PHASE).and_then(|phase| PodPhase::parse(phase)),
         claim_uid: label(labels::CLAIM_UID),
         claimed_by: label(labels::CLAIMED_BY),
-        revision: label(labels::REVISION),
+        revision: label(labels::REVISION).or_else(|| go_cn_set_revision(&labels)),
         outdated: labels.contains_key(labels::OUTDATED),
         deleting: meta.deletion_timestamp.is_some(),
         failed: matches!(pod_phase, Some("Failed" | "Succeeded")),
@@ -100,6 +101,19 @@ pub fn pod_view(pod: &Pod, node_cordoned: bool) -> Result<PodView, ConvertError>
         name,
         labels,
     })
+}
+
+/// The revision of a pod the Go operator rendered through its CN set
+/// `<pool>-<hash>` (reference §0): the hash, which is what cnpool's revision
+/// of a Go-shaped template is, so that at cutover a Go pod of the current
+/// template is current and one of an older CN set is Outdated.
+fn go_cn_set_revision(labels: &BTreeMap<String, String>) -> Option<String> {
+    if labels.get(labels::COMPONENT).map(String::as_str) != Some(labels::CN_SET_COMPONENT) {
+        return None;
+    }
+    let pool = labels.get(labels::POOL_NAME)?;
+    let hash = labels.get(labels::INSTANCE)?.strip_prefix(pool.as_str())?.strip_prefix('-')?;
+    non_empty(hash)
 }
 
 /// Reads a claim.
@@ -195,6 +209,24 @@ pub fn member_view(claim: &CNClaim, pod: Option<&PodView>) -> Result<MemberView,
     })
 }
 
+/// How long a released CN of `pool` may drain before it is terminated:
+/// `spec.strategy.drainStrategy.timeout`; else, for a Go-shaped template,
+/// its `scalingConfig.storeDrainTimeout` or the CNSet webhook's 5 minutes
+/// (reference §1, §6); else (a plain pod template) [`DEFAULT_DRAIN_TIMEOUT`].
+/// A malformed duration is named by its field.
+fn drain_timeout(pool: &CNPool, strategy: Option<&GoDuration>) -> Result<Duration, (&'static str, DurationError)> {
+    let template = pool.spec.template.as_ref();
+    let from_template = template.and_then(|template| template.scaling_config.as_ref()?.store_drain_timeout.as_ref());
+    match (strategy, from_template) {
+        (Some(timeout), _) => timeout.parse().map_err(|error| ("spec.strategy.drainStrategy.timeout", error)),
+        (None, Some(timeout)) => {
+            timeout.parse().map_err(|error| ("spec.template.scalingConfig.storeDrainTimeout", error))
+        }
+        (None, None) if template.is_some() => Ok(cnpool_api::cnset::DEFAULT_STORE_DRAIN_TIMEOUT),
+        (None, None) => Ok(DEFAULT_DRAIN_TIMEOUT),
+    }
+}
+
 /// Reads a pool whose current template hashes to `current_revision`.
 pub fn pool_view(pool: &CNPool, current_revision: &str) -> Result<PoolView, ConvertError> {
     let name: String = required(pool.metadata.name.as_ref(), "CNPool", "metadata.name")?;
@@ -207,11 +239,8 @@ pub fn pool_view(pool: &CNPool, current_revision: &str) -> Result<PoolView, Conv
     let reclaim = pool.spec.strategy.update_strategy.as_ref().and_then(|update| update.reclaim_timeout.as_ref());
     Ok(PoolView {
         reclaim_timeout: reclaim.map(|text| parse(text, "spec.strategy.updateStrategy.reclaimTimeout")).transpose()?,
-        drain_timeout: duration(
-            drain.and_then(|drain| drain.timeout.as_ref()),
-            "spec.strategy.drainStrategy.timeout",
-            DEFAULT_DRAIN_TIMEOUT,
-        )?,
+        drain_timeout: drain_timeout(pool, drain.and_then(|drain| drain.timeout.as_ref()))
+            .map_err(|(field, error)| ConvertError::Duration { pool: name.clone(), field, error })?,
         min_delay: duration(
             drain.and_then(|drain| drain.min_delay.as_ref()),
             "spec.strategy.drainStrategy.minDelay",

@@ -1,17 +1,9 @@
-//! Where a pool's CNs find their MatrixOne cluster (reference §5), and the
-//! pool's drain timeout (reference §1, §6).
+//! Where a pool's CNs find their MatrixOne cluster (reference §5).
 
-use std::time::Duration;
-
-use cnpool_api::{DurationError, GoDuration};
-
-use cnpool_api::cnset::{CNSetTemplate, LogSet, PoolDeps, SharedStorageProvider};
+use cnpool_api::cnset::{LogSet, PoolDeps, SharedStorageProvider};
 
 /// The HAKeeper (log service) port of a LogSet.
 pub const HAKEEPER_PORT: i32 = 32001;
-
-/// The CNSet webhook's drain timeout; pools always drain (reference §1).
-pub const DEFAULT_STORE_DRAIN_TIMEOUT: Duration = Duration::from_secs(5 * 60);
 
 /// The MatrixOne cluster a pool's CNs join, resolved from its `deps`.
 #[derive(Clone, Debug, PartialEq)]
@@ -117,24 +109,9 @@ fn log_set_cluster(log_set: &LogSet, reserve_ordinals: &[i32]) -> Result<Cluster
     })
 }
 
-/// How long a released CN may drain before it is terminated:
-/// `drainStrategy.timeout`, else the template's
-/// `scalingConfig.storeDrainTimeout`, else the CNSet webhook's 5 minutes.
-pub fn drain_timeout(
-    drain_strategy_timeout: Option<&GoDuration>,
-    template: &CNSetTemplate,
-) -> Result<Duration, DurationError> {
-    let from_template = template.scaling_config.as_ref().and_then(|scaling| scaling.store_drain_timeout.as_ref());
-    match drain_strategy_timeout.or(from_template) {
-        Some(timeout) => timeout.parse(),
-        None => Ok(DEFAULT_STORE_DRAIN_TIMEOUT),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use cnpool_api::cnset::ScalingConfig;
 
     fn log_set(json: serde_json::Value) -> LogSet {
         serde_json::from_value(json).unwrap()
@@ -212,15 +189,5 @@ mod tests {
         assert_eq!(deps.log_set_key("tenant"), Some(("tenant".into(), "mo".into())));
         let older = super::tests::deps(serde_json::json!({"logSet": {"name": "mo", "namespace": "db"}}));
         assert_eq!(older.log_set_key("tenant"), Some(("db".into(), "mo".into())), "cnpool's older form");
-    }
-
-    #[test]
-    fn drain_timeout_prefers_the_strategy_then_the_template_then_five_minutes() {
-        let mut template = CNSetTemplate::default();
-        assert_eq!(drain_timeout(None, &template), Ok(Duration::from_secs(300)));
-        template.scaling_config =
-            Some(ScalingConfig { store_drain_timeout: Some(GoDuration::new("10m")), ..ScalingConfig::default() });
-        assert_eq!(drain_timeout(None, &template), Ok(Duration::from_secs(600)));
-        assert_eq!(drain_timeout(Some(&GoDuration::new("30s")), &template), Ok(Duration::from_secs(30)));
     }
 }

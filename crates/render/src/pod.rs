@@ -13,11 +13,11 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 
 use crate::config::{DATA_PATH, S3_CERTIFICATE_PATH, cn_config, config_map_digest, config_suffix, python_udf_port};
-use crate::deps::{Cluster, DEFAULT_STORE_DRAIN_TIMEOUT};
+use crate::deps::Cluster;
 use crate::quantity::Quantity;
 use crate::toml::ConfigError;
 use crate::version::{inplace_gates, mo_version, operator_version_annotation};
-use cnpool_api::cnset::{CNSetTemplate, MainContainerOverlay, Overlay, ScalingConfig};
+use cnpool_api::cnset::{CNSetTemplate, DEFAULT_STORE_DRAIN_TIMEOUT, MainContainerOverlay, Overlay, ScalingConfig};
 
 /// The operator chart's `defaultArgs.cn`, the webhook's `serviceArgs` default.
 pub const DEFAULT_CN_ARGS: &[&str] = &["-debug-http=:6060"];
@@ -31,9 +31,6 @@ const S3_CERTIFICATE_VOLUME: &str = "s3-ssl";
 const MEMORY_FS_VOLUME: &str = "tmpfs";
 const MEMORY_BIN_PATH: &str = "/matrixone/bin";
 const START_SCRIPT: &str = "start.sh";
-const INSTANCE: &str = "matrixorigin.io/instance";
-const COMPONENT: &str = "matrixorigin.io/component";
-const NAMESPACE: &str = "matrixorigin.io/namespace";
 const CONFIG_SUFFIX_ANNOTATION: &str = "matrixorigin.io/config-suffix";
 
 /// The template a pool renders from: Go's pool overrides (drain enabled,
@@ -118,9 +115,9 @@ impl PodNames {
     /// The three labels Go selects a CNSet's pods and Services by.
     pub fn instance_labels(&self) -> BTreeMap<String, String> {
         BTreeMap::from([
-            (NAMESPACE.to_owned(), self.namespace.clone()),
-            (INSTANCE.to_owned(), self.instance.clone()),
-            (COMPONENT.to_owned(), "CNSet".to_owned()),
+            (labels::INSTANCE_NAMESPACE.to_owned(), self.namespace.clone()),
+            (labels::INSTANCE.to_owned(), self.instance.clone()),
+            (labels::COMPONENT.to_owned(), labels::CN_SET_COMPONENT.to_owned()),
         ])
     }
 }

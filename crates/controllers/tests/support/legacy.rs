@@ -6,7 +6,8 @@ use std::time::Duration;
 use cnpool_api::labels;
 use cnpool_registry::StoreLabels;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::PostParams;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
 use serde_json::json;
 
 use super::*;
@@ -27,6 +28,109 @@ pub fn go_pod(ns: &str, name: &str, claim: &str) -> Pod {
             },
         },
         "spec": {"hostname": name, "subdomain": POOL, "containers": [{"name": "cn", "image": "matrixorigin/matrixone:go"}]},
+    }))
+    .unwrap()
+}
+
+/// The API of namespaced kind `group/v1alpha1 kind` (plural `plural`) in
+/// `cluster`'s namespace, its CRD installed first if it is not: schemaless,
+/// with a status subresource, as far as a test reads the Go operator's and
+/// OpenKruise's objects.
+pub async fn schemaless_kind(cluster: &Cluster, group: &str, kind: &str, plural: &str) -> Api<DynamicObject> {
+    let crd: CustomResourceDefinition = serde_json::from_value(json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": format!("{plural}.{group}")},
+        "spec": {
+            "group": group,
+            "scope": "Namespaced",
+            "names": {"plural": plural, "singular": kind.to_lowercase(), "kind": kind, "listKind": format!("{kind}List")},
+            "versions": [{
+                "name": "v1alpha1", "served": true, "storage": true,
+                "subresources": {"status": {}},
+                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}
+            }]
+        }
+    }))
+    .unwrap();
+    let crds: Api<CustomResourceDefinition> = Api::all(cluster.client.clone());
+    match crds.create(&PostParams::default(), &crd).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(status)) if status.reason == "AlreadyExists" => {}
+        Err(other) => panic!("install the {kind} CRD: {other}"),
+    }
+    let gvk = GroupVersionKind::gvk(group, "v1alpha1", kind);
+    let api =
+        Api::namespaced_with(cluster.client.clone(), &cluster.ns, &ApiResource::from_gvk_with_plural(&gvk, plural));
+    eventually(&format!("the {kind} CRD served"), Duration::from_secs(30), || async {
+        api.list(&Default::default()).await.map(|_| ()).map_err(|error| error.to_string())
+    })
+    .await;
+    api
+}
+
+/// The kruise CloneSet `S-cn` the Go operator makes for CN set `S`, as far
+/// as its pods' owner reference needs it; returns its UID.
+pub async fn go_clone_set(cluster: &Cluster, cn_set: &str) -> String {
+    let clone_sets = schemaless_kind(cluster, "apps.kruise.io", "CloneSet", "clonesets").await;
+    let clone_set: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "apps.kruise.io/v1alpha1",
+        "kind": "CloneSet",
+        "metadata": {"name": format!("{cn_set}-cn"), "namespace": cluster.ns},
+        "spec": {"replicas": 0},
+    }))
+    .unwrap();
+    clone_sets.create(&PostParams::default(), &clone_set).await.unwrap().metadata.uid.unwrap()
+}
+
+/// A CN pod as the Go operator renders it through CN set `cn_set`
+/// (`<pool>-<hash>`, reference §0 and §2) and leaves it in `phase`, bound to
+/// `claim` if any: owned by the CN set's kruise CloneSet (UID
+/// `clone_set_uid`), with the instance labels, the headless Service's
+/// subdomain, the Go CN-store finalizer and kruise's readiness gates.
+pub fn go_cn_set_pod(
+    ns: &str,
+    name: &str,
+    (cn_set, clone_set_uid): (&str, &str),
+    phase: &str,
+    claim: Option<&str>,
+) -> Pod {
+    let headless = format!("{cn_set}-cn-headless");
+    let mut labels = json!({
+        "matrixorigin.io/namespace": ns,
+        "matrixorigin.io/instance": cn_set,
+        "matrixorigin.io/component": "CNSet",
+        "apps.kruise.io/cloneset-instance-id": name.rsplit('-').next(),
+        labels::POOL_NAME: POOL,
+        labels::PHASE: phase,
+        labels::CN_UUID: cnpool_api::cn_store_uuid(name, &headless, ns),
+        "tier": "standard",
+    });
+    if let Some(claim) = claim {
+        labels[labels::CLAIMED_BY] = json!(claim);
+        labels[labels::OWNER] = json!(format!("owner-{claim}"));
+    }
+    serde_json::from_value(json!({
+        "metadata": {
+            "name": name,
+            "namespace": ns,
+            "labels": labels,
+            "annotations": {labels::MANAGEMENT_POLICY: labels::MANAGEMENT_POLICY_POOLING},
+            "finalizers": [labels::CN_DRAINING_FINALIZER],
+            "ownerReferences": [{
+                "apiVersion": "apps.kruise.io/v1alpha1", "kind": "CloneSet", "name": format!("{cn_set}-cn"),
+                "uid": clone_set_uid, "controller": true, "blockOwnerDeletion": true,
+            }],
+        },
+        "spec": {
+            "subdomain": headless,
+            "readinessGates": [
+                {"conditionType": labels::CN_STORE_CONDITION},
+                {"conditionType": "KruisePodReady"},
+                {"conditionType": "InPlaceUpdateReady"},
+            ],
+            "containers": [{"name": "main", "image": "matrixorigin/matrixone:1.1.0"}],
+        },
     }))
     .unwrap()
 }

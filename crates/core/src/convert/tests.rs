@@ -63,6 +63,27 @@ fn the_store_uuid_label_wins_over_the_dns_name() {
 }
 
 #[test]
+fn a_go_cn_set_pods_revision_is_its_cn_sets_hash_and_cnpools_label_wins() {
+    let go_pod = |instance: &str, component: &str| {
+        let mut value = bound_pod_json();
+        let labels = value["metadata"]["labels"].as_object_mut().unwrap();
+        labels.remove("pool.matrixorigin.io/revision");
+        labels.insert("matrixorigin.io/instance".into(), json!(instance));
+        labels.insert("matrixorigin.io/component".into(), json!(component));
+        value
+    };
+    let revision = |value: serde_json::Value| pod_view(&pod(value), false).unwrap().revision;
+    assert_eq!(revision(go_pod("pool-5d7c6d9c8d", "CNSet")).as_deref(), Some("5d7c6d9c8d"));
+    assert_eq!(revision(go_pod("other-5d7c6d9c8d", "CNSet")), None, "another pool's CN set says nothing");
+    assert_eq!(revision(go_pod("pool5d7c6d9c8d", "CNSet")), None);
+    assert_eq!(revision(go_pod("pool-", "CNSet")), None);
+    assert_eq!(revision(go_pod("pool-5d7c6d9c8d", "LogSet")), None, "only a CN set's pods");
+    let mut labelled = go_pod("pool-5d7c6d9c8d", "CNSet");
+    labelled["metadata"]["labels"]["pool.matrixorigin.io/revision"] = json!("r2");
+    assert_eq!(revision(labelled).as_deref(), Some("r2"));
+}
+
+#[test]
 fn reads_flags_and_a_failed_phase() {
     let mut value = bound_pod_json();
     value["metadata"]["deletionTimestamp"] = json!("2026-05-14T19:00:00Z");
@@ -179,7 +200,31 @@ fn reads_a_pool_with_its_drain_settings_or_the_defaults() {
     assert_eq!((view.drain_timeout, view.min_delay), (Duration::from_secs(600), Duration::from_secs(1)));
     assert_eq!(view.current_revision, "r1");
     let defaults = pool_view(&pool_with(json!({})), "r1").unwrap();
-    assert_eq!((defaults.drain_timeout, defaults.min_delay), (Duration::from_secs(1800), Duration::from_secs(15)));
+    assert_eq!(
+        (defaults.drain_timeout, defaults.min_delay),
+        (Duration::from_secs(300), Duration::from_secs(15)),
+        "a Go-shaped template drains for the CNSet webhook's 5 minutes"
+    );
+}
+
+#[test]
+fn the_drain_timeout_is_the_strategys_then_the_templates_then_a_default_for_its_kind() {
+    let with_template_timeout = |strategy: serde_json::Value, template: &str| {
+        let mut pool = pool_with(strategy);
+        pool.spec.template.as_mut().unwrap().scaling_config = Some(cnpool_api::cnset::ScalingConfig {
+            store_drain_timeout: Some(cnpool_api::GoDuration(template.into())),
+            ..Default::default()
+        });
+        pool_view(&pool, "r1")
+    };
+    assert_eq!(with_template_timeout(json!({}), "10m").unwrap().drain_timeout, Duration::from_secs(600));
+    assert_eq!(with_template_timeout(json!({"timeout": "30s"}), "10m").unwrap().drain_timeout, Duration::from_secs(30));
+    let error = with_template_timeout(json!({}), "ten minutes").unwrap_err();
+    assert!(error.to_string().contains("spec.template.scalingConfig.storeDrainTimeout"), "{error}");
+    let mut plain = pool_with(json!({}));
+    plain.spec.template = None;
+    plain.spec.pod_template = Some(Default::default());
+    assert_eq!(pool_view(&plain, "r1").unwrap().drain_timeout, Duration::from_secs(1800), "a plain pod template");
 }
 
 #[test]
