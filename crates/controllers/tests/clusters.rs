@@ -13,8 +13,7 @@ use cnpool_api::{CNClaim, CNPool};
 use cnpool_registry::RegistryError;
 use cnpool_registry::memory::{CallKind, MemoryRegistry};
 use cnpool_world::WorldConfig;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, DynamicObject, ListParams, PostParams};
+use kube::api::PostParams;
 use serde_json::json;
 use support::*;
 
@@ -56,39 +55,6 @@ async fn claim_on(cluster: &Cluster, name: &str, pool: &str) {
     cluster.claims().create(&PostParams::default(), &claim).await.expect("create claim");
 }
 
-/// Installs a LogSet CRD (matrixone-operator's, or the stand-in) and the
-/// LogSet `name` whose discovery is `address:port`.
-async fn create_log_set(cluster: &Cluster, name: &str, address: &str, port: u16) {
-    let crds: Api<CustomResourceDefinition> = Api::all(cluster.client.clone());
-    let stand_in = cnpool_api::crd::log_set_stand_in();
-    match crds.create(&PostParams::default(), &stand_in).await {
-        Ok(_) => {}
-        Err(kube::Error::Api(status)) if status.code == 409 => {}
-        Err(error) => panic!("install the LogSet CRD: {error}"),
-    }
-    let log_sets: Api<DynamicObject> =
-        Api::namespaced_with(cluster.client.clone(), &cluster.ns, &cnpool_api::hakeeper::log_set_resource());
-    eventually("LogSets served", SETTLE, || async {
-        log_sets.list(&ListParams::default()).await.map(drop).map_err(|error| error.to_string())
-    })
-    .await;
-    let log_set: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "core.matrixorigin.io/v1alpha1",
-        "kind": "LogSet",
-        "metadata": {"name": name, "namespace": cluster.ns},
-        "spec": {"replicas": 3},
-        "status": {
-            "discovery": {"address": address, "port": port},
-            "conditions": [
-                {"type": "Ready", "status": "True", "reason": "Ready", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"},
-                {"type": "Synced", "status": "True", "reason": "Synced", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"},
-            ],
-        },
-    }))
-    .unwrap();
-    log_sets.create(&PostParams::default(), &log_set).await.expect("create LogSet");
-}
-
 /// The pool's condition `type_` as (status, reason, message).
 async fn pool_condition(cluster: &Cluster, pool: &str, type_: &str) -> Option<(String, String, String)> {
     let pool = cluster.pools().get(pool).await.ok()?;
@@ -122,7 +88,7 @@ async fn bound_store(cluster: &Cluster, claim: &str, pool: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pools_of_two_clusters_register_in_their_own_hakeeper_and_one_down_stalls_only_its_pools() {
     let cluster = Cluster::with_hakeepers(WorldConfig::default(), &[EAST, WEST]).await;
-    create_log_set(&cluster, "east", "east-log-discovery.mo.svc", 32001).await;
+    legacy::create_ready_log_set(&cluster, "east", json!({"replicas": 3}), ("east-log-discovery.mo.svc", 32001)).await;
     create_pool_with_deps(&cluster, "east", json!({"logSet": {"metadata": {"name": "east"}}})).await;
     create_pool_with_deps(&cluster, "west", json!({"externalLogSet": {"haKeeperEndpoint": WEST}})).await;
     cluster.start_operator(0).await;

@@ -15,41 +15,12 @@ use std::time::Duration;
 
 use cnpool_api::{CNPool, labels};
 use k8s_openapi::api::core::v1::{ConfigMap, EnvVar, Pod, Service};
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
+use kube::api::{Api, PostParams};
 use serde_json::json;
 use sha2::{Digest, Sha256};
 use support::{Cluster, POOL, eventually, label, legacy};
 
 const LOG_SET: &str = "mo-logs";
-
-fn log_sets(cluster: &Cluster) -> Api<DynamicObject> {
-    let gvk = GroupVersionKind::gvk("core.matrixorigin.io", "v1alpha1", "LogSet");
-    Api::namespaced_with(cluster.client.clone(), &cluster.ns, &ApiResource::from_gvk_with_plural(&gvk, "logsets"))
-}
-
-/// A LogSet of three log replicas on a file system, as the Go LogSet
-/// controller leaves it once ready (reference §5).
-async fn create_ready_log_set(cluster: &Cluster) {
-    let log_set: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "core.matrixorigin.io/v1alpha1",
-        "kind": "LogSet",
-        "metadata": {"name": LOG_SET, "namespace": cluster.ns},
-        "spec": {"replicas": 3, "sharedStorage": {"fileSystem": {"path": "/test"}}}
-    }))
-    .unwrap();
-    let log_sets = log_sets(cluster);
-    let created = log_sets.create(&PostParams::default(), &log_set).await.unwrap();
-    let generation = created.metadata.generation.unwrap_or(1);
-    let condition = |type_: &str| {
-        json!({"type": type_, "status": "True", "reason": "Ready", "message": "", "observedGeneration": generation,
-               "lastTransitionTime": "2026-01-01T00:00:00Z"})
-    };
-    let status = json!({"status": {
-        "conditions": [condition("Ready"), condition("Synced")],
-        "discovery": {"address": format!("{LOG_SET}-log-discovery.{}.svc", cluster.ns), "port": 32001}
-    }});
-    log_sets.patch_status(LOG_SET, &PatchParams::default(), &Patch::Merge(&status)).await.unwrap();
-}
 
 /// The pool as written for the Go operator (fields a pool ignores, such as
 /// `replicas` and `serviceType`, included).
@@ -116,7 +87,9 @@ async fn a_go_pool_waits_for_its_log_set_then_renders_cn_pods_as_the_go_operator
     assert!(message.contains(&format!("LogSet {ns}/{LOG_SET}")), "the condition names the LogSet: {message}");
     assert!(cluster.pool_pods().await.is_empty(), "no pod before the LogSet is ready");
 
-    create_ready_log_set(&cluster).await;
+    let discovery = format!("{LOG_SET}-log-discovery.{ns}.svc");
+    let spec = json!({"replicas": 3, "sharedStorage": {"fileSystem": {"path": "/test"}}});
+    legacy::create_ready_log_set(&cluster, LOG_SET, spec, (&discovery, 32001)).await;
     let pod: Pod = eventually("a pool pod Idle", Duration::from_secs(60), || async {
         let pods = cluster.pool_pods().await;
         pods.into_iter().find(|pod| label(pod, labels::PHASE) == Some("Idle")).ok_or_else(|| "none yet".to_string())

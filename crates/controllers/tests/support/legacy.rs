@@ -69,6 +69,38 @@ pub async fn schemaless_kind(cluster: &Cluster, group: &str, kind: &str, plural:
     api
 }
 
+/// Creates LogSet `name` of `spec` and writes the status the Go LogSet
+/// controller gives it once ready (reference §5): Ready and Synced for its
+/// generation, and `status.discovery` at `address:port`. Through the status
+/// subresource of the Go operator's LogSet CRD, installed first if it is
+/// not, so that every test on a shared server agrees on the CRD.
+pub async fn create_ready_log_set(
+    cluster: &Cluster,
+    name: &str,
+    spec: serde_json::Value,
+    (address, port): (&str, u16),
+) {
+    let log_sets = schemaless_kind(cluster, "core.matrixorigin.io", "LogSet", "logsets").await;
+    let log_set: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "core.matrixorigin.io/v1alpha1",
+        "kind": "LogSet",
+        "metadata": {"name": name, "namespace": cluster.ns},
+        "spec": spec,
+    }))
+    .unwrap();
+    let created = log_sets.create(&PostParams::default(), &log_set).await.unwrap();
+    let generation = created.metadata.generation.unwrap_or(1);
+    let condition = |type_: &str| {
+        json!({"type": type_, "status": "True", "reason": type_, "message": "", "observedGeneration": generation,
+               "lastTransitionTime": "2026-01-01T00:00:00Z"})
+    };
+    let status = json!({"status": {
+        "conditions": [condition("Ready"), condition("Synced")],
+        "discovery": {"address": address, "port": port}
+    }});
+    log_sets.patch_status(name, &Default::default(), &kube::api::Patch::Merge(&status)).await.unwrap();
+}
+
 /// The kruise CloneSet `S-cn` the Go operator makes for CN set `S`, as far
 /// as its pods' owner reference needs it; returns its UID.
 pub async fn go_clone_set(cluster: &Cluster, cn_set: &str) -> String {
