@@ -27,7 +27,7 @@ use cnpool_registry::memory::MemoryRegistry;
 use futures::FutureExt;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::ResourceExt;
-use kube::api::{Api, DynamicObject, PostParams};
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::json;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::watch;
@@ -224,12 +224,14 @@ async fn publish_log_sets(client: &kube::Client, clusters: &[&SimulatedCluster])
         let wanted = log_set(cluster.log_set, cluster.hakeeper.local_addr());
         // A CRD just created may take a moment to be served.
         let current = retry_while_not_served(|| log_sets.get_opt(cluster.log_set)).await?;
-        let result = match current {
-            None => log_sets.create(&PostParams::default(), &wanted).await,
+        let writing = || format!("writing LogSet {LOG_SET_NAMESPACE}/{}", cluster.log_set);
+        match current {
+            None => {}
+            // Made again rather than replaced: without a status subresource
+            // (the stand-in) every change of the status raises the
+            // generation, and Synced would then name an older one.
             Some(current) if current.labels().get(DEV_MANAGED.0).map(String::as_str) == Some(DEV_MANAGED.1) => {
-                let mut replaced = wanted.clone();
-                replaced.metadata.resource_version = current.metadata.resource_version;
-                log_sets.replace(cluster.log_set, &PostParams::default(), &replaced).await
+                log_sets.delete(cluster.log_set, &DeleteParams::default()).await.with_context(writing)?;
             }
             Some(_) => {
                 println!(
@@ -239,7 +241,16 @@ async fn publish_log_sets(client: &kube::Client, clusters: &[&SimulatedCluster])
                 continue;
             }
         };
-        result.with_context(|| format!("writing LogSet {LOG_SET_NAMESPACE}/{}", cluster.log_set))?;
+        log_sets.create(&PostParams::default(), &wanted).await.with_context(writing)?;
+        // matrixone-operator's own CRD has a status subresource, which drops
+        // the status a create carries: it is written there too. The
+        // stand-in has none (404), and kept it.
+        let status = json!({"status": wanted.data["status"]});
+        match log_sets.patch_status(cluster.log_set, &PatchParams::default(), &Patch::Merge(&status)).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            Err(error) => return Err(error).with_context(writing),
+        }
     }
     Ok(())
 }
