@@ -167,8 +167,8 @@ async fn perform<R: StoreRegistry>(
             let target = view.pod_name.as_deref().unwrap_or_default();
             let message = format!("target pod {target}: {}", reason.message());
             let next = migration::end_migration_on_source(ctx, snap, view, BackOnSource::TargetLost, &message).await?;
-            if matches!(next, Next::Again) && !release_pods(ctx, snap, observed, &release).await? {
-                return Ok(changed_since_read(ctx, &snap.claim));
+            if matches!(next, Next::Again) {
+                release_pods(ctx, snap, observed, &release).await?;
             }
             Ok(next)
         }
@@ -337,34 +337,27 @@ async fn mark_lost<R>(
     }
     // What it took is gone: a replacement may be taken at once.
     ctx.claims_took_lately.note(&view.uid, None);
-    if release_pods(ctx, snap, observed, release).await? {
-        Ok(Next::Again)
-    } else {
-        // A pod changed since it was read (typically it is gone): deciding
-        // again on the same read would only mark the claim Lost again, a
-        // status write each time; the pod's watch event wakes the claim.
-        Ok(changed_since_read(ctx, &snap.claim))
-    }
+    release_pods(ctx, snap, observed, release).await?;
+    Ok(Next::Again)
 }
 
 /// Releases what still carries the claim's UID of a pod it lost; one that
-/// changed since is left to the next decision. Whether every release was
-/// written.
+/// changed since is left to the next decision.
 async fn release_pods<R>(
     ctx: &Context<R>,
     snap: &mut Snapshot,
     observed: &Observed,
     release: &[Release<'_>],
-) -> Result<bool, Error> {
-    let mut all_written = true;
+) -> Result<(), Error> {
     for pod in release {
         let Some(raw) = observed.raw(pod.pod) else { continue };
-        match ownership::transition(&ctx.client, &raw, release_transition(&observed.view, *pod), ctx.now()).await? {
-            Outcome::Applied(written) => snap.put_pod(ctx, &raw, *written),
-            Outcome::Stale | Outcome::NotApplicable => all_written = false,
+        if let Outcome::Applied(written) =
+            ownership::transition(&ctx.client, &raw, release_transition(&observed.view, *pod), ctx.now()).await?
+        {
+            snap.put_pod(ctx, &raw, *written);
         }
     }
-    Ok(all_written)
+    Ok(())
 }
 
 async fn release_source<R>(
