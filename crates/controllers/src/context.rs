@@ -11,6 +11,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use cnpool_api::{CNClaim, CNPool, labels};
+use cnpool_core::convert::DrainDefaults;
 use cnpool_core::model::PoolView;
 use cnpool_core::waiting::Reachability;
 use jiff::Timestamp;
@@ -193,17 +194,8 @@ impl<R> Context<R> {
         pool: &cnpool_api::CNPool,
         revision: &str,
     ) -> Result<PoolView, cnpool_core::convert::ConvertError> {
-        let mut view = cnpool_core::convert::pool_view(pool, revision)?;
-        let drain = pool.spec.strategy.drain_strategy.as_ref();
-        // A Go-shaped template has a drain timeout of its own (the CNSet
-        // webhook's default at least).
-        if drain.and_then(|drain| drain.timeout.as_ref()).is_none() && pool.spec.template.is_none() {
-            view.drain_timeout = self.config.drain_timeout;
-        }
-        if drain.and_then(|drain| drain.min_delay.as_ref()).is_none() {
-            view.min_delay = self.config.drain_min_delay;
-        }
-        Ok(view)
+        let defaults = DrainDefaults { timeout: self.config.drain_timeout, min_delay: self.config.drain_min_delay };
+        cnpool_core::convert::pool_view(pool, revision, defaults)
     }
 
     /// Publishes an Event; a failure to publish is logged, never fatal.

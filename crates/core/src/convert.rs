@@ -26,6 +26,22 @@ pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 /// Minimum delay before a drained CN is reused, for a pool that sets none.
 pub const DEFAULT_MIN_DELAY: Duration = Duration::from_secs(15);
 
+/// The operator's drain settings for pools whose spec says none.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DrainDefaults {
+    /// Drain timeout of a plain pod template's pool (a Go-shaped template
+    /// has its own, [`cnpool_api::cnset::DEFAULT_STORE_DRAIN_TIMEOUT`]).
+    pub timeout: Duration,
+    /// Rest of a drained CN before it is Idle again.
+    pub min_delay: Duration,
+}
+
+impl Default for DrainDefaults {
+    fn default() -> Self {
+        Self { timeout: DEFAULT_DRAIN_TIMEOUT, min_delay: DEFAULT_MIN_DELAY }
+    }
+}
+
 /// Why an object could not be read into a view.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ConvertError {
@@ -212,9 +228,13 @@ pub fn member_view(claim: &CNClaim, pod: Option<&PodView>) -> Result<MemberView,
 /// How long a released CN of `pool` may drain before it is terminated:
 /// `spec.strategy.drainStrategy.timeout`; else, for a Go-shaped template,
 /// its `scalingConfig.storeDrainTimeout` or the CNSet webhook's 5 minutes
-/// (reference §1, §6); else (a plain pod template) [`DEFAULT_DRAIN_TIMEOUT`].
-/// A malformed duration is named by its field.
-fn drain_timeout(pool: &CNPool, strategy: Option<&GoDuration>) -> Result<Duration, (&'static str, DurationError)> {
+/// (reference §1, §6); else (a plain pod template) `default`. A malformed
+/// duration is named by its field.
+fn drain_timeout(
+    pool: &CNPool,
+    strategy: Option<&GoDuration>,
+    default: Duration,
+) -> Result<Duration, (&'static str, DurationError)> {
     let template = pool.spec.template.as_ref();
     let from_template = template.and_then(|template| template.scaling_config.as_ref()?.store_drain_timeout.as_ref());
     match (strategy, from_template) {
@@ -223,12 +243,13 @@ fn drain_timeout(pool: &CNPool, strategy: Option<&GoDuration>) -> Result<Duratio
             timeout.parse().map_err(|error| ("spec.template.scalingConfig.storeDrainTimeout", error))
         }
         (None, None) if template.is_some() => Ok(cnpool_api::cnset::DEFAULT_STORE_DRAIN_TIMEOUT),
-        (None, None) => Ok(DEFAULT_DRAIN_TIMEOUT),
+        (None, None) => Ok(default),
     }
 }
 
-/// Reads a pool whose current template hashes to `current_revision`.
-pub fn pool_view(pool: &CNPool, current_revision: &str) -> Result<PoolView, ConvertError> {
+/// Reads a pool whose current template hashes to `current_revision`;
+/// `defaults` serve where its spec says nothing.
+pub fn pool_view(pool: &CNPool, current_revision: &str, defaults: DrainDefaults) -> Result<PoolView, ConvertError> {
     let name: String = required(pool.metadata.name.as_ref(), "CNPool", "metadata.name")?;
     let scale = &pool.spec.strategy.scale_strategy;
     let drain = pool.spec.strategy.drain_strategy.as_ref();
@@ -239,12 +260,12 @@ pub fn pool_view(pool: &CNPool, current_revision: &str) -> Result<PoolView, Conv
     let reclaim = pool.spec.strategy.update_strategy.as_ref().and_then(|update| update.reclaim_timeout.as_ref());
     Ok(PoolView {
         reclaim_timeout: reclaim.map(|text| parse(text, "spec.strategy.updateStrategy.reclaimTimeout")).transpose()?,
-        drain_timeout: drain_timeout(pool, drain.and_then(|drain| drain.timeout.as_ref()))
+        drain_timeout: drain_timeout(pool, drain.and_then(|drain| drain.timeout.as_ref()), defaults.timeout)
             .map_err(|(field, error)| ConvertError::Duration { pool: name.clone(), field, error })?,
         min_delay: duration(
             drain.and_then(|drain| drain.min_delay.as_ref()),
             "spec.strategy.drainStrategy.minDelay",
-            DEFAULT_MIN_DELAY,
+            defaults.min_delay,
         )?,
         current_revision: current_revision.to_owned(),
         // Validation refuses negative values; should one slip through, it

@@ -195,11 +195,12 @@ fn pool_with(drain: serde_json::Value) -> CNPool {
 
 #[test]
 fn reads_a_pool_with_its_drain_settings_or_the_defaults() {
-    let view = pool_view(&pool_with(json!({"timeout": "10m", "minDelay": "1s"})), "r1").unwrap();
+    let view =
+        pool_view(&pool_with(json!({"timeout": "10m", "minDelay": "1s"})), "r1", DrainDefaults::default()).unwrap();
     assert_eq!((view.max_idle, view.max_pods), (3, Some(8)));
     assert_eq!((view.drain_timeout, view.min_delay), (Duration::from_secs(600), Duration::from_secs(1)));
     assert_eq!(view.current_revision, "r1");
-    let defaults = pool_view(&pool_with(json!({})), "r1").unwrap();
+    let defaults = pool_view(&pool_with(json!({})), "r1", DrainDefaults::default()).unwrap();
     assert_eq!(
         (defaults.drain_timeout, defaults.min_delay),
         (Duration::from_secs(300), Duration::from_secs(15)),
@@ -215,7 +216,7 @@ fn the_drain_timeout_is_the_strategys_then_the_templates_then_a_default_for_its_
             store_drain_timeout: Some(cnpool_api::GoDuration(template.into())),
             ..Default::default()
         });
-        pool_view(&pool, "r1")
+        pool_view(&pool, "r1", DrainDefaults::default())
     };
     assert_eq!(with_template_timeout(json!({}), "10m").unwrap().drain_timeout, Duration::from_secs(600));
     assert_eq!(with_template_timeout(json!({"timeout": "30s"}), "10m").unwrap().drain_timeout, Duration::from_secs(30));
@@ -224,7 +225,11 @@ fn the_drain_timeout_is_the_strategys_then_the_templates_then_a_default_for_its_
     let mut plain = pool_with(json!({}));
     plain.spec.template = None;
     plain.spec.pod_template = Some(Default::default());
-    assert_eq!(pool_view(&plain, "r1").unwrap().drain_timeout, Duration::from_secs(1800), "a plain pod template");
+    assert_eq!(
+        pool_view(&plain, "r1", DrainDefaults::default()).unwrap().drain_timeout,
+        Duration::from_secs(1800),
+        "a plain pod template"
+    );
 }
 
 #[test]
@@ -233,10 +238,14 @@ fn reads_a_pools_reclaim_timeout_and_names_the_field_when_it_is_malformed() {
         let mut pool = pool_with(json!({}));
         pool.spec.strategy.update_strategy =
             Some(cnpool_api::UpdateStrategy { reclaim_timeout: Some(cnpool_api::GoDuration(timeout.into())) });
-        pool_view(&pool, "r1")
+        pool_view(&pool, "r1", DrainDefaults::default())
     };
     assert_eq!(with_reclaim("24h").unwrap().reclaim_timeout, Some(Duration::from_secs(24 * 3600)));
-    assert_eq!(pool_view(&pool_with(json!({})), "r1").unwrap().reclaim_timeout, None, "no limit by default");
+    assert_eq!(
+        pool_view(&pool_with(json!({})), "r1", DrainDefaults::default()).unwrap().reclaim_timeout,
+        None,
+        "no limit by default"
+    );
     let error = with_reclaim("a day").unwrap_err();
     assert!(error.to_string().contains("spec.strategy.updateStrategy.reclaimTimeout"), "{error}");
 }
@@ -261,7 +270,7 @@ fn an_outdated_claim_is_outdated_since_its_conditions_transition_while_it_is_tru
 
 #[test]
 fn a_malformed_drain_duration_names_the_field() {
-    let error = pool_view(&pool_with(json!({"minDelay": "soon"})), "r1").unwrap_err();
+    let error = pool_view(&pool_with(json!({"minDelay": "soon"})), "r1", DrainDefaults::default()).unwrap_err();
     assert!(error.to_string().contains("spec.strategy.drainStrategy.minDelay"), "{error}");
 }
 
