@@ -109,10 +109,17 @@ claim second
 check "the new leader binds a claim created after the takeover" wait_for 30 bound second
 check "the first claim stayed Bound" bound first
 
-# A loss, so that every metric the new leader has is exercised.
+# A loss, so that every metric the new leader has is exercised. The pool
+# names its pods by ordinal, so the replacement may have the deleted pod's
+# name: the pod's UID tells them apart.
 first_pod=$(kubectl -n "$ns" get cnclaim first -o jsonpath='{.spec.podName}')
+first_pod_uid=$(kubectl -n "$ns" get cnclaim first -o jsonpath='{.status.store.podUID}')
 kubectl -n "$ns" delete pod "$first_pod" --wait=false >/dev/null
-rebound() { bound first && [[ $(kubectl -n "$ns" get cnclaim first -o jsonpath='{.spec.podName}') != "$first_pod" ]]; }
+rebound() {
+  local uid
+  uid=$(kubectl -n "$ns" get cnclaim first -o jsonpath='{.status.store.podUID}')
+  bound first && [[ -n $uid && $uid != "$first_pod_uid" ]]
+}
 check "a claim whose pod was deleted is bound again" wait_for 30 rebound
 scrape=$(metrics "$standby_port")
 printf '%s\n' "$scrape" | grep -E '^cnpool_' | grep -v '_bucket{' > "$work/metrics.txt"
@@ -123,6 +130,8 @@ check "metrics: reconciles per controller" nonzero '^cnpool_reconciles_total\{co
 check "metrics: API writes" nonzero '^cnpool_api_requests_total\{verb="patch",resource="pods"'
 check "metrics: claim bind latency" nonzero '^cnpool_claim_bind_seconds_count'
 check "metrics: lost claims by reason" nonzero '^cnpool_claims_lost_total\{reason="PodDelet(ed|ing)"\}'
+check "metrics: the one loss is counted once" expect_eq 1 \
+  "$(awk '/^cnpool_claims_lost_total\{/ { n += $NF } END { print n + 0 }' "$work/metrics.txt")"
 check "metrics: pool pods by phase" nonzero '^cnpool_pool_pods\{namespace="'"$ns"'",pool="mo",phase="Bound"\}'
 check "metrics: the new leader says so" nonzero '^cnpool_leader '
 check "metrics: pending claims per pool" grep -q '^cnpool_pool_pending_claims{namespace="'"$ns"'",pool="mo"} ' "$work/metrics.txt"

@@ -168,7 +168,7 @@ async fn perform<R: StoreRegistry>(
             let message = format!("target pod {target}: {}", reason.message());
             let next = migration::end_migration_on_source(ctx, snap, view, BackOnSource::TargetLost, &message).await?;
             if matches!(next, Next::Again) {
-                release_pods(ctx, snap, observed, &release).await?;
+                return release_pods(ctx, snap, observed, &release).await;
             }
             Ok(next)
         }
@@ -337,27 +337,29 @@ async fn mark_lost<R>(
     }
     // What it took is gone: a replacement may be taken at once.
     ctx.claims_took_lately.note(&view.uid, None);
-    release_pods(ctx, snap, observed, release).await?;
-    Ok(Next::Again)
+    release_pods(ctx, snap, observed, release).await
 }
 
-/// Releases what still carries the claim's UID of a pod it lost; one that
-/// changed since is left to the next decision.
+/// Releases what still carries the claim's UID of a pod it lost. A pod that
+/// changed since it was read (typically: it is gone) is read again live
+/// before the next decision: decided again on the same read, the claim
+/// would only be found Lost again and release the same pod again, a refused
+/// patch each time until the reconcile's steps ran out.
 async fn release_pods<R>(
     ctx: &Context<R>,
     snap: &mut Snapshot,
     observed: &Observed,
     release: &[Release<'_>],
-) -> Result<(), Error> {
+) -> Result<Next, Error> {
+    let mut refused = false;
     for pod in release {
         let Some(raw) = observed.raw(pod.pod) else { continue };
-        if let Outcome::Applied(written) =
-            ownership::transition(&ctx.client, &raw, release_transition(&observed.view, *pod), ctx.now()).await?
-        {
-            snap.put_pod(ctx, &raw, *written);
+        match ownership::transition(&ctx.client, &raw, release_transition(&observed.view, *pod), ctx.now()).await? {
+            Outcome::Applied(written) => snap.put_pod(ctx, &raw, *written),
+            Outcome::Stale | Outcome::NotApplicable => refused = true,
         }
     }
-    Ok(())
+    if refused { read_live(ctx, snap).await } else { Ok(Next::Again) }
 }
 
 async fn release_source<R>(

@@ -238,7 +238,13 @@ pub(super) async fn mark_lost<R>(
     let from = status.phase;
     status.phase = Some(ClaimPhase::Lost);
     let generation = snap.claim.metadata.generation;
-    set_condition(status, BOUND_CONDITION, "False", reason.as_str(), reason.message(), generation, ctx.now());
+    let condition_changed =
+        set_condition(status, BOUND_CONDITION, "False", reason.as_str(), reason.message(), generation, ctx.now());
+    if from == Some(ClaimPhase::Lost) && !condition_changed {
+        // Already shown Lost for this reason (a pod it still has to
+        // release): one write, one Event and one count per loss.
+        return Ok(true);
+    }
     if let Some(written) = replace_status(ctx, &updated).await? {
         tracing::info!(claim = %view.name, from = from.map(ClaimPhase::as_str), to = "Lost", reason = reason.as_str(), "claim lost its pod");
         ctx.metrics.claim_lost(reason.as_str());

@@ -95,7 +95,31 @@ pub async fn a_claim_whose_pod_is_deleted_or_whose_store_vanishes_is_lost_then_r
         reasons.iter().any(|reason| reason == "PodDeleting" || reason == "PodDeleted")
     })
     .await;
-    assert_ne!(second_pod, first_pod, "a pod being deleted is never bound again");
+    assert_ne!(second_uid, first_uid, "a pod being deleted is never bound again");
+    // One loss is one Lost write: the pod it still had to release, gone by
+    // the time it was released, once made the claim write Lost again (and
+    // count the loss, and publish its Event) on every step of a reconcile.
+    let first_record = format!("{first_pod}/{first_uid}");
+    let second_record = format!("{second_pod}/{second_uid}");
+    let recorded = |claim: &serde_json::Value| claim["metadata"]["annotations"][labels::RECORDED_POD].clone();
+    let lost_writes = eventually("the recorder has seen the claim rebound", Duration::from_secs(10), || async {
+        let states = commits.states_of("cnclaims", "tenant");
+        if !states.iter().any(|claim| recorded(claim) == second_record.as_str()) {
+            return Err(format!("{} versions", states.len()));
+        }
+        // Rebinding clears spec.podName: what is left on the first pod
+        // with phase Lost are the loss's own writes.
+        Ok(states
+            .iter()
+            .filter(|claim| {
+                claim["status"]["phase"] == "Lost"
+                    && recorded(claim) == first_record.as_str()
+                    && claim["spec"]["podName"] == first_pod.as_str()
+            })
+            .count())
+    })
+    .await;
+    assert_eq!(lost_writes, 1, "versions of the claim shown Lost on {first_pod}");
 
     let pod = cluster.pods().get(&second_pod).await.unwrap();
     assert!(cluster.vanish_store(label(&pod, labels::CN_UUID).unwrap()).await);
