@@ -11,7 +11,7 @@ use cnpool_api::{CNClaim, CNClaimSet, CNPool, ClaimPhase, labels};
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 
-use crate::cache::{Change, controlling_set, waits_for_pod};
+use crate::cache::{Change, controlling_set, holds_a_pod, still_served, waits_for_pod};
 use crate::context::Context;
 use crate::key::{Key, key_of};
 
@@ -174,19 +174,20 @@ fn wake_waiting_claims<R>(ctx: &Context<R>, pod: &Pod) {
     let idle = ctx.pods.in_pool_phase(&namespace, pool, "Idle").len();
     let nominated = ctx.claims.in_pool(&namespace, pool);
     let unnominated = ctx.claims.in_pool(&namespace, "");
-    let waiting = nominated
+    let mut waiting: Vec<_> = nominated
         .iter()
         .chain(&unnominated)
         .filter(|claim| {
-            // A claim that took a pod its cache does not show yet is not
-            // waiting either.
-            let holds = claim
-                .uid()
-                .is_none_or(|uid| !ctx.pods.owned_by(&uid).is_empty() || ctx.claims_took_lately.pod(&uid).is_some());
+            let holds = claim.uid().is_none_or(|uid| {
+                holds_a_pod(claim, &ctx.pods.owned_by(&uid), ctx.claims_took_lately.pod(&uid).is_some())
+            });
             waits_for_pod(claim, pool, pod_labels, holds)
         })
-        .take(idle);
-    for claim in waiting {
+        .collect();
+    // A tenant without a CN first; one still served by its migration
+    // source can wait for the next pod.
+    waiting.sort_by_key(|claim| still_served(claim));
+    for claim in waiting.into_iter().take(idle) {
         ctx.wake.claim(&namespace, &claim.name_any());
     }
 }

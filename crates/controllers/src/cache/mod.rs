@@ -19,5 +19,7 @@ mod objects;
 mod pods;
 
 pub use informer::{Cache, Change, Index, Progress, inform};
-pub use objects::{ClaimIndex, ClaimSets, Claims, NoIndex, PoolIndex, Pools, controlling_set, waits_for_pod};
+pub use objects::{
+    ClaimIndex, ClaimSets, Claims, NoIndex, PoolIndex, Pools, controlling_set, holds_a_pod, still_served, waits_for_pod,
+};
 pub use pods::{AgeRank, IdlePod, PodIndex, Pods, age_rank_of};

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use cnpool_api::selector::selector_matches;
 use cnpool_api::validation::validate_claim_spec;
 use cnpool_api::{CNClaim, CNClaimSet, CNPool, ClaimPhase, labels};
+use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 
 use crate::cache::informer::{Cache, Index, add, drop_from, resolve};
@@ -37,6 +38,21 @@ pub fn controlling_set(claim: &CNClaim) -> Option<&k8s_openapi::apimachinery::pk
             && owner.kind == "CNClaimSet"
             && owner.api_version.starts_with("core.matrixorigin.io/")
     })
+}
+
+/// Whether `claim` holds a pod, so that it waits for none: one of `owned`
+/// (the pods carrying its UID) other than the source it migrates from —
+/// a claim that holds only its source waits for a target — or one it took
+/// lately that the cache does not show yet (`took_lately`).
+pub fn holds_a_pod(claim: &CNClaim, owned: &[Arc<Pod>], took_lately: bool) -> bool {
+    let source = claim.spec.source_pod.as_ref().map(|source| source.pod_name.as_str());
+    took_lately || owned.iter().any(|pod| Some(pod.name_any().as_str()) != source)
+}
+
+/// Whether `claim`, waiting for a pod, still serves its tenant meanwhile:
+/// it migrates and has not lost its source.
+pub fn still_served(claim: &CNClaim) -> bool {
+    claim.spec.source_pod.is_some() && claim.phase() != Some(ClaimPhase::Lost)
 }
 
 /// Whether `claim` waits for a new pod from the pool `pool`, whose pods
@@ -218,6 +234,27 @@ mod tests {
         deleting.metadata.deletion_timestamp =
             Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::UNIX_EPOCH));
         assert!(!waits_for_pod(&deleting, "pool", &pod_labels(), false), "it is being deleted");
+    }
+
+    fn pod(name: &str) -> Arc<Pod> {
+        let mut pod = Pod::default();
+        pod.metadata.name = Some(name.to_owned());
+        Arc::new(pod)
+    }
+
+    #[test]
+    fn a_claim_holding_only_its_migration_source_waits_for_a_target_after_tenants_without_a_cn() {
+        let mut migrating = claim();
+        migrating.spec.source_pod = Some(cnpool_api::PodRef { pod_name: "pool-1".into(), ..Default::default() });
+        assert!(!holds_a_pod(&migrating, &[pod("pool-1")], false), "its source is not what it waits for");
+        assert!(holds_a_pod(&migrating, &[pod("pool-1"), pod("pool-2")], false), "it holds its target");
+        assert!(holds_a_pod(&migrating, &[pod("pool-1")], true), "it took a target the cache does not show");
+        assert!(holds_a_pod(&claim(), &[pod("pool-1")], false), "a claim not migrating holds what it owns");
+        assert!(!holds_a_pod(&claim(), &[], false));
+        assert!(still_served(&in_phase(migrating.clone(), ClaimPhase::Bound)), "its source serves meanwhile");
+        assert!(!still_served(&in_phase(migrating, ClaimPhase::Lost)), "it lost its source");
+        assert!(!still_served(&in_phase(claim(), ClaimPhase::Lost)));
+        assert!(!still_served(&claim()));
     }
 
     #[test]
