@@ -41,15 +41,6 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# wait_for SECONDS COMMAND...: retries COMMAND every 0.2 s until it exits 0.
-wait_for() {
-  local deadline=$(( $(date +%s) + $1 )); shift
-  until "$@" >/dev/null 2>&1; do
-    (( $(date +%s) >= deadline )) && return 1
-    sleep 0.2
-  done
-}
-
 cnpool dev "${dev_args[@]}" --hakeeper-listen 127.0.0.1:0 --second-hakeeper-listen 127.0.0.1:0 >"$work/dev.log" 2>&1 &
 dev_pid=$!
 check "[$where] cnpool dev starts its operator" wait_for 60 grep -q 'operator and simulated node side running' "$work/dev.log"

@@ -24,15 +24,6 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# wait_for SECONDS COMMAND...: retries COMMAND every 0.2 s until it exits 0.
-wait_for() {
-  local deadline=$(( $(date +%s) + $1 )); shift
-  until "$@" >/dev/null 2>&1; do
-    (( $(date +%s) >= deadline )) && return 1
-    sleep 0.2
-  done
-}
-
 kubectl create namespace "$ns" >/dev/null
 wait_for 30 sh -c "kubectl -n $ns get serviceaccount default -o jsonpath='{.secrets[0].name}' | grep -q ."
 cnpool crd | kubectl apply -f - >/dev/null 2>&1

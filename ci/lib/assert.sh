@@ -1,5 +1,6 @@
-# Assertions for the shell end-to-end suites. Source it, call `check`, and
-# end with `summary`, which prints "N passed, N failed" and sets the exit code.
+# Assertions for the shell end-to-end suites. Source it, call `check` (with
+# `wait_for` for what comes in time), and end with `summary`, which prints
+# "N passed, N failed" and sets the exit code.
 passed=0
 failed=0
 
@@ -22,6 +23,15 @@ expect_eq() {
 # expect_match REGEX TEXT: a command for check.
 expect_match() {
   [[ $2 =~ $1 ]] || { printf 'want a match for: %s\ngot: %s\n' "$1" "$2"; return 1; }
+}
+
+# wait_for SECONDS COMMAND...: retries COMMAND every 0.2 s until it exits 0.
+wait_for() {
+  local deadline=$(( $(date +%s) + $1 )); shift
+  until "$@" >/dev/null 2>&1; do
+    (( $(date +%s) >= deadline )) && return 1
+    sleep 0.2
+  done
 }
 
 summary() {

@@ -172,22 +172,32 @@ fn wake_waiting_claims<R>(ctx: &Context<R>, pod: &Pod) {
     let no_labels = BTreeMap::new();
     let pod_labels = pod.metadata.labels.as_ref().unwrap_or(&no_labels);
     let idle = ctx.pods.in_pool_phase(&namespace, pool, "Idle").len();
+    if idle == 0 {
+        return;
+    }
     let nominated = ctx.claims.in_pool(&namespace, pool);
     let unnominated = ctx.claims.in_pool(&namespace, "");
-    let mut waiting: Vec<_> = nominated
-        .iter()
-        .chain(&unnominated)
-        .filter(|claim| {
-            let holds = claim.uid().is_none_or(|uid| {
-                holds_a_pod(claim, &ctx.pods.owned_by(&uid), ctx.claims_took_lately.pod(&uid).is_some())
-            });
-            waits_for_pod(claim, pool, pod_labels, holds)
-        })
-        .collect();
+    let waiting = nominated.iter().chain(&unnominated).filter(|claim| {
+        let holds = claim
+            .uid()
+            .is_none_or(|uid| holds_a_pod(claim, &ctx.pods.owned_by(&uid), ctx.claims_took_lately.pod(&uid).is_some()));
+        waits_for_pod(claim, pool, pod_labels, holds)
+    });
     // A tenant without a CN first; one still served by its migration
-    // source can wait for the next pod.
-    waiting.sort_by_key(|claim| still_served(claim));
-    for claim in waiting.into_iter().take(idle) {
+    // source can wait for the next pod. The scan stops once `idle` of the
+    // first kind are found.
+    let (mut without_cn, mut served) = (Vec::new(), Vec::new());
+    for claim in waiting {
+        if !still_served(claim) {
+            without_cn.push(claim);
+            if without_cn.len() == idle {
+                break;
+            }
+        } else if served.len() < idle {
+            served.push(claim);
+        }
+    }
+    for claim in without_cn.into_iter().chain(served).take(idle) {
         ctx.wake.claim(&namespace, &claim.name_any());
     }
 }

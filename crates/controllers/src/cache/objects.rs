@@ -45,14 +45,19 @@ pub fn controlling_set(claim: &CNClaim) -> Option<&k8s_openapi::apimachinery::pk
 /// a claim that holds only its source waits for a target — or one it took
 /// lately that the cache does not show yet (`took_lately`).
 pub fn holds_a_pod(claim: &CNClaim, owned: &[Arc<Pod>], took_lately: bool) -> bool {
-    let source = claim.spec.source_pod.as_ref().map(|source| source.pod_name.as_str());
-    took_lately || owned.iter().any(|pod| Some(pod.name_any().as_str()) != source)
+    let source = source_pod(claim);
+    took_lately || owned.iter().any(|pod| Some(pod.metadata.name.as_deref().unwrap_or_default()) != source)
 }
 
 /// Whether `claim`, waiting for a pod, still serves its tenant meanwhile:
 /// it migrates and has not lost its source.
 pub fn still_served(claim: &CNClaim) -> bool {
-    claim.spec.source_pod.is_some() && claim.phase() != Some(ClaimPhase::Lost)
+    source_pod(claim).is_some() && claim.phase() != Some(ClaimPhase::Lost)
+}
+
+/// The pod `claim` migrates from; an empty name is none, as the core reads it.
+fn source_pod(claim: &CNClaim) -> Option<&str> {
+    claim.spec.source_pod.as_ref().map(|source| source.pod_name.as_str()).filter(|name| !name.is_empty())
 }
 
 /// Whether `claim` waits for a new pod from the pool `pool`, whose pods
@@ -255,6 +260,9 @@ mod tests {
         assert!(!still_served(&in_phase(migrating, ClaimPhase::Lost)), "it lost its source");
         assert!(!still_served(&in_phase(claim(), ClaimPhase::Lost)));
         assert!(!still_served(&claim()));
+        let mut empty_source = claim();
+        empty_source.spec.source_pod = Some(cnpool_api::PodRef::default());
+        assert!(!still_served(&empty_source), "an empty sourcePod names no source");
     }
 
     #[test]
