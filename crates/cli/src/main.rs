@@ -13,6 +13,7 @@ mod bench;
 mod check;
 #[cfg(feature = "lab")]
 mod dev;
+mod doctor;
 mod logs;
 mod operator;
 mod probes;
@@ -49,6 +50,10 @@ enum Command {
     /// loopback and write a kubeconfig for it; runs until interrupted.
     #[cfg(feature = "lab")]
     Dev(dev::DevArgs),
+    /// Audit a live cluster against cnpool's invariants (read-only), and with
+    /// --fix repair it with the operator's own writes; exits 0 when nothing
+    /// but information was found, 1 on findings, 2 when it cannot read.
+    Doctor(doctor::DoctorArgs),
     /// Run the operator against a cluster and a MatrixOne cluster's HAKeeper,
     /// until SIGTERM or Ctrl-C.
     Operator(Box<operator::OperatorArgs>),
@@ -92,6 +97,12 @@ async fn main() -> anyhow::Result<()> {
         #[cfg(feature = "lab")]
         Command::Dev(args) => dev::run(args).await?,
         Command::Operator(args) => operator::run(*args).await?,
+        Command::Doctor(args) => {
+            let code = doctor::run(args).await?;
+            if code != 0 {
+                std::process::exit(code);
+            }
+        }
         #[cfg(feature = "lab")]
         Command::Bench(args) => bench::run(args).await?,
         #[cfg(feature = "lab")]

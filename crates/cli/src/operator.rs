@@ -123,7 +123,7 @@ pub struct OperatorArgs {
 }
 
 /// Reads a flag's duration in Go's notation (`30s`, `1m30s`), as the CRDs do.
-fn go_duration(text: &str) -> Result<Duration, cnpool_api::DurationError> {
+pub(crate) fn go_duration(text: &str) -> Result<Duration, cnpool_api::DurationError> {
     cnpool_api::GoDuration::new(text).parse()
 }
 
@@ -418,7 +418,7 @@ async fn lead_then_run<R: StoreRegistry + 'static>(
 }
 
 /// Refuses a `--hakeeper-discovery` that is not `host:port`.
-fn check_discovery(discovery: &str) -> anyhow::Result<()> {
+pub(crate) fn check_discovery(discovery: &str) -> anyhow::Result<()> {
     let valid = discovery.rsplit_once(':').is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
     if !valid {
         anyhow::bail!(

@@ -58,12 +58,22 @@ pub async fn establish<R>(ctx: Arc<Context<R>>, shutdown: Shared<BoxFuture<'stat
     }
 }
 
+/// The recorded time, if the record exists; never writes (`cnpool doctor`).
+pub async fn read(client: &kube::Client, namespace: &str) -> Result<Option<Timestamp>, Error> {
+    let records: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
+    let record = records
+        .get_opt(RECORD)
+        .await
+        .map_err(|error| Error::kube("read", format!("ConfigMap {namespace}/{RECORD}"), error))?;
+    record.map(|record| time_of(&record, namespace)).transpose()
+}
+
 /// The recorded time, recording `now` if there is none yet.
 async fn read_or_record(client: &kube::Client, namespace: &str, now: Timestamp) -> Result<Timestamp, Error> {
     let records: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
     let object = || format!("ConfigMap {namespace}/{RECORD}");
-    if let Some(record) = records.get_opt(RECORD).await.map_err(|error| Error::kube("read", object(), error))? {
-        return time_of(&record, namespace);
+    if let Some(time) = read(client, namespace).await? {
+        return Ok(time);
     }
     let record = ConfigMap {
         metadata: ObjectMeta {
@@ -87,7 +97,7 @@ async fn read_or_record(client: &kube::Client, namespace: &str, now: Timestamp) 
 /// `now` rounded up to the whole second. A claim's creationTimestamp has
 /// whole seconds: a claim made in the second of the first start, before
 /// it, must still count as older.
-fn recorded(now: Timestamp) -> Timestamp {
+pub fn recorded(now: Timestamp) -> Timestamp {
     let floor = Timestamp::from_second(now.as_second()).unwrap_or(now);
     if floor == now { now } else { Timestamp::from_second(now.as_second().saturating_add(1)).unwrap_or(now) }
 }

@@ -94,6 +94,7 @@ pub use error::Error;
 use health::ControllerHealth;
 pub use health::Health;
 pub use metrics::Metrics;
+pub use observe::{own_view, pool_revision, store_missing_noted};
 pub use registries::Registries;
 pub use requests::CountRequestsLayer;
 pub use wakers::Triggers;

@@ -27,6 +27,7 @@ use crate::context::Context;
 use crate::error::Error;
 use crate::key::{Kind, key_of};
 use observe::Snapshot;
+pub use status::{BOUND_CONDITION, lost_status, rebind_spec};
 
 /// Steps one reconcile takes at most before requeueing.
 const MAX_STEPS: usize = 16;

@@ -216,14 +216,33 @@ pub(super) async fn record<R>(
 /// Clears `spec.podName` (and `nodeName`) of a Lost standalone claim so
 /// that it binds again.
 pub(super) async fn rebind<R>(ctx: &Context<R>, snap: &mut Snapshot, view: &ClaimView) -> Result<Next, Error> {
-    let mut updated = snap.claim.clone();
-    updated.spec.pod_name.clear();
-    updated.spec.node_name.clear();
-    let next = replace_claim(ctx, snap, &updated).await?;
+    let next = replace_claim(ctx, snap, &rebind_spec(&snap.claim)).await?;
     if matches!(next, Next::Again) {
         tracing::info!(claim = %view.name, "lost claim clears its pod to bind again");
     }
     Ok(next)
+}
+
+/// `claim` with `spec.podName` (and the node it named) cleared, as a Lost
+/// standalone claim asks to bind again from its pool (core row 10).
+pub fn rebind_spec(claim: &CNClaim) -> CNClaim {
+    let mut updated = claim.clone();
+    updated.spec.pod_name.clear();
+    updated.spec.node_name.clear();
+    updated
+}
+
+/// `claim` shown Lost for `reason` (phase Lost, condition `Bound=False`
+/// with the reason); `None` when it already shows exactly that.
+pub fn lost_status(claim: &CNClaim, reason: LossReason, now: jiff::Timestamp) -> Option<CNClaim> {
+    let mut updated = claim.clone();
+    let status = updated.status.get_or_insert_with(CNClaimStatus::default);
+    let from = status.phase;
+    status.phase = Some(ClaimPhase::Lost);
+    let generation = claim.metadata.generation;
+    let condition_changed =
+        set_condition(status, BOUND_CONDITION, "False", reason.as_str(), reason.message(), generation, now);
+    (from != Some(ClaimPhase::Lost) || condition_changed).then_some(updated)
 }
 
 /// Sets phase Lost; `false` when the claim changed since it was read.
@@ -233,18 +252,12 @@ pub(super) async fn mark_lost<R>(
     view: &ClaimView,
     reason: LossReason,
 ) -> Result<bool, Error> {
-    let mut updated = snap.claim.clone();
-    let status = updated.status.get_or_insert_with(CNClaimStatus::default);
-    let from = status.phase;
-    status.phase = Some(ClaimPhase::Lost);
-    let generation = snap.claim.metadata.generation;
-    let condition_changed =
-        set_condition(status, BOUND_CONDITION, "False", reason.as_str(), reason.message(), generation, ctx.now());
-    if from == Some(ClaimPhase::Lost) && !condition_changed {
+    let from = snap.claim.status.as_ref().and_then(|status| status.phase);
+    let Some(updated) = lost_status(&snap.claim, reason, ctx.now()) else {
         // Already shown Lost for this reason (a pod it still has to
         // release): one write, one Event and one count per loss.
         return Ok(true);
-    }
+    };
     if let Some(written) = replace_status(ctx, &updated).await? {
         tracing::info!(claim = %view.name, from = from.map(ClaimPhase::as_str), to = "Lost", reason = reason.as_str(), "claim lost its pod");
         ctx.metrics.claim_lost(reason.as_str());

@@ -374,6 +374,12 @@ impl Cluster {
         tokio::spawn(run);
     }
 
+    /// The kubeconfig the operators of this cluster use (for other
+    /// processes of the `cnpool` binary, such as `cnpool doctor`).
+    pub fn operator_kubeconfig(&self) -> PathBuf {
+        self.target.operator_kubeconfig()
+    }
+
     /// A client that answers a refusal at once: kube's default client
     /// retries a 429 (a refused eviction) up to 15 times, honouring the
     /// server's Retry-After (10 s from kube-apiserver 1.20), for minutes.

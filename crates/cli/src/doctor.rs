@@ -1,0 +1,122 @@
+//! `cnpool doctor`: audits a live cluster against cnpool's invariants
+//! (crates/doctor), prints the findings, and exits 0 (nothing but
+//! information), 1 (findings) or 2 (the cluster could not be read).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use cnpool_controllers::{CountRequestsLayer, Metrics, Telemetry};
+use cnpool_doctor::{Report, Scope, Settings};
+use cnpool_morpc::{MorpcOptions, MorpcRegistry};
+
+use crate::operator::{check_discovery, go_duration, kube_config};
+
+#[derive(clap::Args)]
+pub struct DoctorArgs {
+    /// Kubeconfig to use; without it, `$KUBECONFIG`, then the in-cluster
+    /// service account.
+    #[arg(long, value_name = "PATH")]
+    kubeconfig: Option<PathBuf>,
+    /// Audit this namespace only (default: all namespaces).
+    #[arg(long, value_name = "NS")]
+    namespace: Option<String>,
+    /// The operator's namespace, where its cutover record is (default: the
+    /// kubeconfig's namespace, as the operator's `--lease-namespace`).
+    #[arg(long, value_name = "NS")]
+    operator_namespace: Option<String>,
+    /// `host:port` of HAKeeper's discovery service for every pool, in place
+    /// of what their `spec.deps` name (e.g. a port-forward on a laptop).
+    /// Pools without deps need it: pass the operator's own.
+    #[arg(long, value_name = "HOST:PORT")]
+    hakeeper_discovery: Option<String>,
+    /// Print the report as JSON (schema in docs/runbook.md).
+    #[arg(long)]
+    json: bool,
+    /// Repair what can be repaired with the operator's own writes, and say
+    /// what needs the operator or a person.
+    #[arg(long)]
+    fix: bool,
+    /// The operator's `--store-missing-bound`.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = go_duration)]
+    store_missing_bound: Duration,
+    /// How long after its deletion a claim or claim set may still be held
+    /// by a finalizer; pods and pools get their pool's drain timeout on top.
+    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = go_duration)]
+    finalizer_bound: Duration,
+}
+
+/// Runs the audit; the process's exit code.
+pub async fn run(args: DoctorArgs) -> anyhow::Result<i32> {
+    if let Some(discovery) = &args.hakeeper_discovery {
+        check_discovery(discovery)?;
+    }
+    let config = kube_config(args.kubeconfig.as_deref()).await?;
+    let operator_namespace = args.operator_namespace.clone().unwrap_or_else(|| config.default_namespace.clone());
+    let mut registry = prometheus_client::registry::Registry::default();
+    let metrics = Arc::new(Metrics::register(&mut registry));
+    let telemetry = Telemetry::new(metrics);
+    let client = kube::client::ClientBuilder::try_from(config)
+        .context("building the Kubernetes client")?
+        .with_layer(&CountRequestsLayer::new(&telemetry))
+        .build();
+    let scope =
+        Scope { namespace: args.namespace.clone(), operator_namespace, hakeeper_discovery: args.hakeeper_discovery };
+    let settings = Settings {
+        store_missing_bound: args.store_missing_bound,
+        finalizer_bound: args.finalizer_bound,
+        ..Settings::default()
+    };
+    let hakeeper = |address: &str| {
+        let mut options = MorpcOptions::new(address);
+        // A person waits for the answer: a HAKeeper that does not answer
+        // is reported soon.
+        options.call_timeout = Duration::from_secs(5);
+        MorpcRegistry::new(options)
+    };
+    match cnpool_doctor::run(&client, &scope, &hakeeper, &settings, args.fix).await {
+        Ok(mut report) => {
+            report.requests = requests_by_verb(&registry);
+            print(&report, args.json)?;
+            Ok(report.summary.exit_code)
+        }
+        Err(error) => {
+            if args.json {
+                let failed = serde_json::json!({"schemaVersion": cnpool_doctor::report::SCHEMA_VERSION, "error": error.to_string()});
+                println!("{failed}");
+            }
+            eprintln!("cnpool doctor: the cluster could not be read: {error}");
+            Ok(2)
+        }
+    }
+}
+
+fn print(report: &Report, json: bool) -> anyhow::Result<()> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(report).context("encoding the report as JSON")?);
+    } else {
+        print!("{}", report.table());
+    }
+    Ok(())
+}
+
+/// The requests the client sent, by verb, from its own counters.
+fn requests_by_verb(registry: &prometheus_client::registry::Registry) -> std::collections::BTreeMap<String, u64> {
+    let mut text = String::new();
+    let mut counts = std::collections::BTreeMap::new();
+    if prometheus_client::encoding::text::encode(&mut text, registry).is_err() {
+        return counts;
+    }
+    for line in text.lines().filter(|line| line.starts_with("cnpool_api_requests_total{")) {
+        let verb = line.split("verb=\"").nth(1).and_then(|rest| rest.split('"').next());
+        let value = line.rsplit(' ').next().and_then(|value| value.parse::<f64>().ok());
+        if let (Some(verb), Some(value)) = (verb, value) {
+            // Counters are whole numbers.
+            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+            let value = value as u64;
+            *counts.entry(verb.to_owned()).or_default() += value;
+        }
+    }
+    counts
+}

@@ -1,0 +1,184 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test fails by panicking
+//! `cnpool doctor` as a user runs it: its own process, against a cluster
+//! with no operator running, reaching the simulated HAKeeper of
+//! `cnpool dev --no-operator` over morpc. On the embedded API server, or on
+//! a real one when `CNPOOL_E2E_KUBECONFIG` names it.
+
+#[path = "../../controllers/tests/support/mod.rs"]
+mod support;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use cnpool_api::{CNClaim, cn_store_uuid, labels};
+use cnpool_registry::StoreLabels;
+use futures::StreamExt;
+use kube::api::PostParams;
+use serde_json::Value;
+use support::{Cluster, POOL, claim_phase, eventually, label, legacy};
+
+const CNPOOL: &str = env!("CARGO_BIN_EXE_cnpool");
+
+/// Runs `cnpool doctor --json` (and `extra`) on `cluster`; its exit code
+/// and report.
+async fn doctor(cluster: &Cluster, extra: &[&str]) -> (i32, Value) {
+    let output = tokio::process::Command::new(CNPOOL)
+        .arg("doctor")
+        .arg("--kubeconfig")
+        .arg(cluster.operator_kubeconfig())
+        .args(["--namespace", cluster.namespace(), "--json"])
+        .args(["--hakeeper-discovery", &cluster.processes().discovery])
+        .args(extra)
+        .output()
+        .await
+        .expect("run cnpool doctor");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let report: Value = serde_json::from_str(&stdout).unwrap_or_else(|error| {
+        panic!("doctor's JSON ({error}): {stdout}\nstderr: {}", String::from_utf8_lossy(&output.stderr))
+    });
+    (output.status.code().expect("doctor exited"), report)
+}
+
+/// Each finding (not information) as `check: kind/name, ...`, objects sorted.
+fn findings(report: &Value) -> BTreeSet<String> {
+    let findings = report["findings"].as_array().expect("findings");
+    findings
+        .iter()
+        .filter(|finding| finding["severity"] == "finding")
+        .map(|finding| {
+            let mut objects: Vec<String> = finding["objects"]
+                .as_array()
+                .expect("objects")
+                .iter()
+                .map(|object| format!("{}/{}", object["kind"].as_str().unwrap(), object["name"].as_str().unwrap()))
+                .collect();
+            objects.sort();
+            format!("{}: {}", finding["check"].as_str().unwrap(), objects.join(", "))
+        })
+        .collect()
+}
+
+/// The verbs of every request the doctor sent.
+fn verbs(report: &Value) -> BTreeSet<String> {
+    report["requests"].as_object().expect("requests").keys().cloned().collect()
+}
+
+fn read_only(report: &Value) {
+    let verbs = verbs(report);
+    assert!(!verbs.is_empty(), "the doctor counts its requests: {report}");
+    let writes: Vec<&String> = verbs.iter().filter(|verb| !["get", "list", "watch"].contains(&verb.as_str())).collect();
+    assert!(writes.is_empty(), "a read-only doctor sent {writes:?}: {}", report["requests"]);
+}
+
+/// The freetier-01 incident's state, as the Go operator left it: found
+/// exactly, with nothing written; `--fix` repairs the misbound claim and
+/// the orphan; the operator started afterwards heals the rest within 60 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_incidents_state_is_found_exactly_repaired_by_fix_and_healed_by_the_operator() {
+    let cluster = Cluster::with_processes(CNPOOL).await;
+    let ns = cluster.namespace().to_owned();
+    // mo-2 is named by shared-a (its claimed-by) and shared-b; dangling
+    // points at mo-9, which is gone.
+    legacy::leave_go_operator_state(&cluster).await;
+    // Another tenant's labels on mo-1's store: solo's, while other owns mo-1.
+    let solo: StoreLabels = [("account".to_string(), vec!["solo".to_string()])].into();
+    cluster.label_store(&cn_store_uuid("mo-1", POOL, &ns), &solo).await;
+    // An orphan: bound by the Go operator to a claim that is gone.
+    cluster.pods().create(&PostParams::default(), &legacy::go_pod(&ns, "mo-3", "ghost")).await.unwrap();
+
+    let (code, report) = doctor(&cluster, &[]).await;
+    let expected: BTreeSet<String> = [
+        "shared-pod: CNClaim/shared-a, CNClaim/shared-b, Pod/mo-2".to_string(),
+        "lost-pod: CNClaim/dangling, Pod/mo-9".to_string(),
+        format!(
+            "foreign-store-labels: CNClaim/other, CNClaim/solo, CNStore/{}, Pod/mo-1",
+            cn_store_uuid("mo-1", POOL, &ns)
+        ),
+        "orphan-pod: Pod/mo-3".to_string(),
+    ]
+    .into();
+    assert_eq!(findings(&report), expected, "{report:#}");
+    assert_eq!(code, 1, "findings exit 1");
+    assert_eq!(report["summary"]["findings"], 4);
+    read_only(&report);
+    let adopted: BTreeSet<String> = report["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|finding| finding["check"] == "legacy-binding")
+        .map(|finding| finding["objects"][0]["name"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(adopted, ["other", "shared-a", "solo"].map(String::from).into(), "what cutover adopts is listed");
+
+    let (code, fixed) = doctor(&cluster, &["--fix"]).await;
+    assert_eq!(code, 1, "the findings it fixed were there: {fixed:#}");
+    let outcomes: BTreeSet<String> = fixed["fixes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|fix| format!("{} {}", fix["outcome"].as_str().unwrap(), fix["write"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        outcomes,
+        [
+            format!("applied CNClaim {ns}/shared-b: status Lost (Misbound), then spec.podName cleared"),
+            format!("applied Pod {ns}/mo-3: guarded release from the Go operator's claimed-by ghost"),
+        ]
+        .into(),
+        "{fixed:#}"
+    );
+    let claims = cluster.all_claims().await;
+    let named: Vec<&str> =
+        claims.iter().map(|claim| claim.spec.pod_name.as_str()).filter(|pod| !pod.is_empty()).collect();
+    let distinct: BTreeSet<&str> = named.iter().copied().collect();
+    assert_eq!(named.len(), distinct.len(), "no pod is named by two claims: {named:?}");
+    let shared_b = claims.iter().find(|claim| claim.metadata.name.as_deref() == Some("shared-b")).unwrap();
+    assert_eq!(claim_phase(shared_b), Some("Lost"));
+    let condition = shared_b.status.as_ref().unwrap().conditions.iter().find(|c| c.type_ == "Bound").unwrap();
+    assert_eq!((condition.status.as_str(), condition.reason.as_str()), ("False", "Misbound"));
+    let orphan = cluster.pods().get("mo-3").await.unwrap();
+    assert_eq!(label(&orphan, labels::CLAIMED_BY), None, "the orphan is released");
+    assert_eq!(label(&orphan, labels::PHASE), Some("Draining"));
+
+    cluster.start_operator(0).await;
+    let healed = eventually("a clean doctor run after the operator started", Duration::from_secs(60), || async {
+        let (code, report) = doctor(&cluster, &[]).await;
+        if code == 0 { Ok(report) } else { Err(format!("exit {code}: {:?}", findings(&report))) }
+    })
+    .await;
+    assert!(findings(&healed).is_empty());
+    read_only(&healed);
+}
+
+/// 1,000 claims Bound by the operator, which is then stopped: the doctor
+/// reports nothing at all and only reads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_healthy_cluster_of_a_thousand_bound_claims_reports_nothing() {
+    const CLAIMS: usize = 1000;
+    let cluster = Cluster::with_processes(CNPOOL).await;
+    cluster.start_operator(0).await;
+    cluster.create_pool(0, Some(i32::try_from(CLAIMS).unwrap())).await;
+    futures::stream::iter(0..CLAIMS)
+        .for_each_concurrent(16, |n| {
+            let cluster = &cluster;
+            async move {
+                let name = format!("tenant-{n}");
+                cluster.create_claim(&name, &[("account", &name)], &[]).await;
+            }
+        })
+        .await;
+    eventually("every claim Bound", Duration::from_secs(600), || async {
+        let claims: Vec<CNClaim> = cluster.all_claims().await;
+        let bound = claims.iter().filter(|claim| claim_phase(claim) == Some("Bound")).count();
+        if bound == CLAIMS { Ok(()) } else { Err(format!("{bound} of {CLAIMS} Bound")) }
+    })
+    .await;
+    cluster.processes().kill_operators();
+
+    let (code, report) = doctor(&cluster, &[]).await;
+    assert_eq!(report["findings"], Value::Array(Vec::new()), "{report:#}");
+    assert_eq!(code, 0);
+    assert_eq!(report["read"]["claims"], CLAIMS);
+    assert!(report["read"]["pods"].as_u64().unwrap() >= CLAIMS as u64, "{}", report["read"]);
+    read_only(&report);
+}
