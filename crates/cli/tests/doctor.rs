@@ -58,6 +58,69 @@ fn findings(report: &Value) -> BTreeSet<String> {
         .collect()
 }
 
+/// The report's JSON Schema, as docs/runbook.md documents it.
+fn documented_schema() -> Value {
+    let runbook = include_str!("../../../docs/runbook.md");
+    let section = runbook.split("## First: `cnpool doctor`").nth(1).expect("the doctor's section of the runbook");
+    let block = section.split("```json\n").nth(1).and_then(|rest| rest.split("\n```").next()).expect("its schema");
+    serde_json::from_str(block).expect("the runbook's schema is JSON")
+}
+
+/// Checks `value` against the subset of JSON Schema the runbook uses
+/// (type, enum, required, properties, additionalProperties, items); the
+/// path and what is wrong, for each violation.
+fn violations(schema: &Value, value: &Value, path: &str, found: &mut Vec<String>) {
+    let type_of = |value: &Value| match value {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(number) if number.is_i64() || number.is_u64() => "integer",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    };
+    let types: Vec<&str> = match &schema["type"] {
+        Value::String(one) => vec![one.as_str()],
+        Value::Array(many) => many.iter().filter_map(Value::as_str).collect(),
+        _ => Vec::new(),
+    };
+    if !types.is_empty() && !types.contains(&type_of(value)) {
+        found.push(format!("{path}: {value} is not of type {types:?}"));
+        return;
+    }
+    if let Some(allowed) = schema["enum"].as_array().filter(|allowed| !allowed.contains(value)) {
+        found.push(format!("{path}: {value} is not one of {allowed:?}"));
+    }
+    if let Value::Object(fields) = value {
+        for required in schema["required"].as_array().into_iter().flatten().filter_map(Value::as_str) {
+            if !fields.contains_key(required) {
+                found.push(format!("{path}: no {required}"));
+            }
+        }
+        for (key, field) in fields {
+            match (schema["properties"].get(key), &schema["additionalProperties"]) {
+                (Some(field_schema), _) => violations(field_schema, field, &format!("{path}.{key}"), found),
+                (None, Value::Bool(false)) => found.push(format!("{path}: {key} is not documented")),
+                (None, Value::Object(_)) => {
+                    violations(&schema["additionalProperties"], field, &format!("{path}.{key}"), found);
+                }
+                (None, _) => {}
+            }
+        }
+    }
+    if let (Value::Array(items), Some(item_schema)) = (value, schema.get("items")) {
+        for (at, item) in items.iter().enumerate() {
+            violations(item_schema, item, &format!("{path}[{at}]"), found);
+        }
+    }
+}
+
+fn follows_the_documented_schema(report: &Value) {
+    let mut found = Vec::new();
+    violations(&documented_schema(), report, "report", &mut found);
+    assert!(found.is_empty(), "the report differs from docs/runbook.md's schema: {found:#?}\n{report:#}");
+}
+
 /// The verbs of every request the doctor sent.
 fn verbs(report: &Value) -> BTreeSet<String> {
     report["requests"].as_object().expect("requests").keys().cloned().collect()
@@ -99,6 +162,7 @@ async fn the_incidents_state_is_found_exactly_repaired_by_fix_and_healed_by_the_
     .into();
     assert_eq!(findings(&report), expected, "{report:#}");
     assert_eq!(code, 1, "findings exit 1");
+    follows_the_documented_schema(&report);
     assert_eq!(report["summary"]["findings"], 4);
     read_only(&report);
     let adopted: BTreeSet<String> = report["findings"]
@@ -112,6 +176,7 @@ async fn the_incidents_state_is_found_exactly_repaired_by_fix_and_healed_by_the_
 
     let (code, fixed) = doctor(&cluster, &["--fix"]).await;
     assert_eq!(code, 1, "the findings it fixed were there: {fixed:#}");
+    follows_the_documented_schema(&fixed);
     let outcomes: BTreeSet<String> = fixed["fixes"]
         .as_array()
         .unwrap()
@@ -178,7 +243,28 @@ async fn a_healthy_cluster_of_a_thousand_bound_claims_reports_nothing() {
     let (code, report) = doctor(&cluster, &[]).await;
     assert_eq!(report["findings"], Value::Array(Vec::new()), "{report:#}");
     assert_eq!(code, 0);
+    follows_the_documented_schema(&report);
     assert_eq!(report["read"]["claims"], CLAIMS);
     assert!(report["read"]["pods"].as_u64().unwrap() >= CLAIMS as u64, "{}", report["read"]);
     read_only(&report);
+}
+
+/// The schema check fails on what the runbook does not document.
+#[test]
+fn the_schema_check_refuses_a_report_the_runbook_does_not_describe() {
+    let report = serde_json::json!({
+        "schemaVersion": 1, "namespace": null, "unread": [], "fixes": [], "requests": {"get": 1},
+        "read": {"pods": 0, "claims": 0, "claimSets": 0, "pools": 0, "stores": 0},
+        "summary": {"findings": 0, "information": 0, "exitCode": 0},
+        "findings": [],
+    });
+    let mut found = Vec::new();
+    violations(&documented_schema(), &report, "report", &mut found);
+    assert!(found.is_empty(), "{found:?}");
+    let mut tampered = report.clone();
+    tampered["summary"]["exitCode"] = serde_json::json!(3);
+    tampered["findings"] = serde_json::json!([{"check": "shared-pod"}]);
+    tampered["extra"] = serde_json::json!(true);
+    violations(&documented_schema(), &tampered, "report", &mut found);
+    assert_eq!(found.len(), 8, "exit code, extra, and six fields of the finding: {found:#?}");
 }

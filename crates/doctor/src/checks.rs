@@ -543,3 +543,6 @@ fn stuck<K: Resource>(found: &mut Vec<Finding>, kind: &'static str, object: &K, 
     );
     found.push(Finding::new(Check::StuckFinalizer, summary, vec![object], WHY_STUCK, fix));
 }
+
+#[cfg(test)]
+mod tests;
