@@ -26,11 +26,17 @@ pub struct DoctorArgs {
     /// kubeconfig's namespace, as the operator's `--lease-namespace`).
     #[arg(long, value_name = "NS")]
     operator_namespace: Option<String>,
-    /// `host:port` of HAKeeper's discovery service for every pool, in place
-    /// of what their `spec.deps` name (e.g. a port-forward on a laptop).
-    /// Pools without deps need it: pass the operator's own.
+    /// `host:port` of the log set's discovery service of pools without
+    /// `spec.deps`: the operator's own `--hakeeper-discovery`. Pools with
+    /// deps use the HAKeeper they name, as the operator does.
     #[arg(long, value_name = "HOST:PORT")]
     hakeeper_discovery: Option<String>,
+    /// Reach the HAKeeper that pools resolve to at RESOLVED (their deps, or
+    /// --hakeeper-discovery) at LOCAL instead, e.g. a port-forward on a
+    /// laptop: `--hakeeper-address mo-log-discovery.mo.svc:32001=127.0.0.1:32001`.
+    /// Repeat it for several clusters.
+    #[arg(long, value_name = "RESOLVED=LOCAL", value_parser = address_mapping)]
+    hakeeper_address: Vec<(String, String)>,
     /// Print the report as JSON (schema in docs/runbook.md).
     #[arg(long)]
     json: bool,
@@ -49,7 +55,7 @@ pub struct DoctorArgs {
 
 /// Runs the audit; the process's exit code.
 pub async fn run(args: DoctorArgs) -> anyhow::Result<i32> {
-    if let Some(discovery) = &args.hakeeper_discovery {
+    for discovery in args.hakeeper_discovery.iter().chain(args.hakeeper_address.iter().map(|(_, local)| local)) {
         check_discovery(discovery)?;
     }
     let config = kube_config(args.kubeconfig.as_deref()).await?;
@@ -61,8 +67,12 @@ pub async fn run(args: DoctorArgs) -> anyhow::Result<i32> {
         .context("building the Kubernetes client")?
         .with_layer(&CountRequestsLayer::new(&telemetry))
         .build();
-    let scope =
-        Scope { namespace: args.namespace.clone(), operator_namespace, hakeeper_discovery: args.hakeeper_discovery };
+    let scope = Scope {
+        namespace: args.namespace.clone(),
+        operator_namespace,
+        hakeeper_discovery: args.hakeeper_discovery,
+        hakeeper_addresses: args.hakeeper_address.into_iter().collect(),
+    };
     let settings = Settings {
         store_missing_bound: args.store_missing_bound,
         finalizer_bound: args.finalizer_bound,
@@ -89,6 +99,15 @@ pub async fn run(args: DoctorArgs) -> anyhow::Result<i32> {
             eprintln!("cnpool doctor: the cluster could not be read: {error}");
             Ok(2)
         }
+    }
+}
+
+fn address_mapping(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((resolved, local)) if !resolved.is_empty() && !local.is_empty() => {
+            Ok((resolved.to_owned(), local.to_owned()))
+        }
+        _ => Err(format!("{text:?}: expected RESOLVED=LOCAL, two host:port addresses")),
     }
 }
 

@@ -78,6 +78,8 @@ async fn main() -> anyhow::Result<()> {
     let default_level = match cli.command {
         #[cfg(feature = "lab")]
         Command::Bench(_) => "warn",
+        // A report goes to stdout; stderr says only what went wrong.
+        Command::Doctor(_) => "warn",
         _ => "info",
     };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()

@@ -125,7 +125,8 @@ impl Report {
         let found = if self.summary.findings == 0 {
             "no findings".to_owned()
         } else {
-            format!("{} findings ({})", self.summary.findings, invariants.join(", "))
+            let plural = if self.summary.findings == 1 { "" } else { "s" };
+            format!("{} finding{plural} ({})", self.summary.findings, invariants.join(", "))
         };
         let requests: Vec<String> = self.requests.iter().map(|(verb, count)| format!("{verb} {count}")).collect();
         let read = &self.read;

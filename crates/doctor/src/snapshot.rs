@@ -53,9 +53,12 @@ pub struct Scope {
     pub namespace: Option<String>,
     /// The operator's namespace, where its cutover record is.
     pub operator_namespace: String,
-    /// `--hakeeper-discovery`: every pool's HAKeeper, overriding `deps`
-    /// (a laptop with a port-forward); pools without `deps` need it.
+    /// `--hakeeper-discovery`: the HAKeeper of pools without `deps`, as
+    /// the operator's flag of that name.
     pub hakeeper_discovery: Option<String>,
+    /// `--hakeeper-address RESOLVED=LOCAL`: reach the HAKeeper a pool's
+    /// `deps` resolve to at another address (a laptop's port-forward).
+    pub hakeeper_addresses: BTreeMap<String, String>,
 }
 
 /// The cluster as read.
@@ -183,16 +186,20 @@ async fn read_stores<R: StoreRegistry>(
 }
 
 /// The HAKeeper `host:port` of `pool`, as the operator resolves it
-/// (cnpool_controllers::clusters), unless `--hakeeper-discovery` overrides.
+/// (cnpool_controllers::clusters), then mapped by `--hakeeper-address`.
 async fn hakeeper_of(client: &kube::Client, scope: &Scope, pool: &CNPool) -> Result<String, String> {
-    if let Some(address) = &scope.hakeeper_discovery {
-        return Ok(address.clone());
-    }
+    let resolved = resolve_hakeeper(client, scope, pool).await?;
+    Ok(scope.hakeeper_addresses.get(&resolved).cloned().unwrap_or(resolved))
+}
+
+async fn resolve_hakeeper(client: &kube::Client, scope: &Scope, pool: &CNPool) -> Result<String, String> {
     match hakeeper_source(pool) {
         HaKeeperSource::Endpoint(endpoint) => Ok(endpoint.to_owned()),
-        HaKeeperSource::Default => Err("the pool has no spec.deps, so its HAKeeper is the operator's \
-             --hakeeper-discovery: pass the same address to --hakeeper-discovery"
-            .to_owned()),
+        HaKeeperSource::Default => scope.hakeeper_discovery.clone().ok_or_else(|| {
+            "the pool has no spec.deps, so its HAKeeper is the operator's --hakeeper-discovery: pass the same \
+             address to --hakeeper-discovery"
+                .to_owned()
+        }),
         HaKeeperSource::LogSet(namespace, name) => {
             let log_sets: Api<DynamicObject> = Api::namespaced_with(client.clone(), &namespace, &log_set_resource());
             match log_sets.get_opt(&name).await {
