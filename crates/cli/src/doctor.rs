@@ -7,10 +7,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use cnpool_controllers::{CountRequestsLayer, Metrics, Telemetry};
+use cnpool_controllers::{CountRequestsLayer, Telemetry};
 use cnpool_doctor::{Report, Scope, Settings};
 use cnpool_morpc::{MorpcOptions, MorpcRegistry};
 
+use crate::metrics_text::Metrics;
 use crate::operator::{check_discovery, go_duration, kube_config};
 
 #[derive(clap::Args)]
@@ -61,7 +62,7 @@ pub async fn run(args: DoctorArgs) -> anyhow::Result<i32> {
     let config = kube_config(args.kubeconfig.as_deref()).await?;
     let operator_namespace = args.operator_namespace.clone().unwrap_or_else(|| config.default_namespace.clone());
     let mut registry = prometheus_client::registry::Registry::default();
-    let metrics = Arc::new(Metrics::register(&mut registry));
+    let metrics = Arc::new(cnpool_controllers::Metrics::register(&mut registry));
     let telemetry = Telemetry::new(metrics);
     let client = kube::client::ClientBuilder::try_from(config)
         .context("building the Kubernetes client")?
@@ -127,10 +128,8 @@ fn requests_by_verb(registry: &prometheus_client::registry::Registry) -> std::co
     if prometheus_client::encoding::text::encode(&mut text, registry).is_err() {
         return counts;
     }
-    for line in text.lines().filter(|line| line.starts_with("cnpool_api_requests_total{")) {
-        let verb = line.split("verb=\"").nth(1).and_then(|rest| rest.split('"').next());
-        let value = line.rsplit(' ').next().and_then(|value| value.parse::<f64>().ok());
-        if let (Some(verb), Some(value)) = (verb, value) {
+    for (labels, value) in Metrics(text).samples("cnpool_api_requests_total") {
+        if let Some(verb) = labels.get("verb") {
             // Counters are whole numbers.
             #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
             let value = value as u64;

@@ -15,6 +15,7 @@ mod check;
 mod dev;
 mod doctor;
 mod logs;
+mod metrics_text;
 mod operator;
 mod probes;
 mod process;

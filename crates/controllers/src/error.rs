@@ -58,12 +58,12 @@ impl Error {
 
 /// Whether an API error says the write's guard no longer held: a conflict
 /// (409), a failed JSON-patch `test` (422) or a failed precondition.
-pub(crate) fn is_stale(error: &kube::Error) -> bool {
+pub fn is_stale(error: &kube::Error) -> bool {
     matches!(error, kube::Error::Api(status) if matches!(status.code, 409 | 422))
 }
 
 /// Whether an API error says the object is gone.
-pub(crate) fn is_not_found(error: &kube::Error) -> bool {
+pub fn is_not_found(error: &kube::Error) -> bool {
     matches!(error, kube::Error::Api(status) if status.code == 404)
 }
 

@@ -90,7 +90,7 @@ use kube::runtime::watcher;
 pub use clock::Clock;
 pub use config::Config;
 pub use context::Context;
-pub use error::Error;
+pub use error::{Error, is_not_found, is_stale};
 use health::ControllerHealth;
 pub use health::Health;
 pub use metrics::Metrics;

@@ -115,15 +115,38 @@ impl<'a> Pods<'a> {
     }
 }
 
+/// Each pool's listed stores by UUID.
+struct StoreIndex<'a>(HashMap<(&'a str, &'a str), HashMap<&'a str, &'a CnStore>>);
+
+impl<'a> StoreIndex<'a> {
+    fn of(snapshot: &'a Snapshot) -> Self {
+        let mut index = HashMap::new();
+        for (namespace, pool) in snapshot.stores.keys() {
+            let Some(stores) = snapshot.stores_of(namespace, pool) else { continue };
+            let by_uuid = stores.iter().map(|store| (store.uuid.as_str(), store)).collect();
+            index.insert((namespace.as_str(), pool.as_str()), by_uuid);
+        }
+        Self(index)
+    }
+
+    /// The store of `pod` in `namespace`: `None` when its pool's stores
+    /// were not read, `Some(None)` when HAKeeper does not list it.
+    fn of_pod(&self, namespace: &str, pod: &PodView) -> Option<Option<&'a CnStore>> {
+        let stores = self.0.get(&(namespace, pod.pool.as_deref()?))?;
+        Some(stores.get(pod.store_uuid.as_deref()?).copied())
+    }
+}
+
 /// Every finding in `snapshot`, worst first.
 pub fn findings(snapshot: &Snapshot, settings: &Settings) -> Vec<Finding> {
     let mut found = Vec::new();
     let pods = Pods::index(&snapshot.pods);
     let pools = pool_views(snapshot, settings, &mut found);
-    let judged = judge_claims(snapshot, settings, &pods, &pools, &mut found);
+    let stores = StoreIndex::of(snapshot);
+    let judged = judge_claims(snapshot, settings, &pods, &stores, &pools, &mut found);
     claims_findings(&judged, &mut found);
     orphans(snapshot, &pods, &mut found);
-    foreign_store_labels(snapshot, &pods, &judged, &mut found);
+    foreign_store_labels(&pods, &stores, &judged, &mut found);
     over_max_pods(snapshot, &pods, &mut found);
     stuck_finalizers(snapshot, settings, &pools, &mut found);
     invalid_claim_sets(snapshot, &mut found);
@@ -167,10 +190,15 @@ fn judge_claims<'a>(
     snapshot: &'a Snapshot,
     settings: &Settings,
     pods: &Pods<'_>,
+    stores: &StoreIndex<'_>,
     pools: &[(String, PoolView)],
     found: &mut Vec<Finding>,
 ) -> Vec<Judged<'a>> {
     let adopt_legacy_before = Some(snapshot.cutover.unwrap_or(cnpool_controllers::cutover::recorded(snapshot.now)));
+    let mut pools_by_namespace: HashMap<&str, Vec<PoolView>> = HashMap::new();
+    for (namespace, pool) in pools {
+        pools_by_namespace.entry(namespace.as_str()).or_default().push(pool.clone());
+    }
     let mut judged = Vec::new();
     for claim in &snapshot.claims {
         let namespace = claim.namespace().unwrap_or_default();
@@ -198,21 +226,16 @@ fn judge_claims<'a>(
         let source = find(view.source_pod.as_deref()).map(|at| &pods.views[at]);
         let holding = Holding::of(&view, &owned, pointed, source);
         let serving = holding.serving.and_then(|pod| pods.named(&namespace, &pod.name));
-        let listed = serving.and_then(|at| {
-            let pod = &pods.views[at];
-            Some((at, snapshot.stores_of(&namespace, pod.pool.as_deref()?)?, pod.store_uuid.as_deref()?))
-        });
-        let store_view: Option<StoreView> =
-            listed.and_then(|(_, stores, uuid)| stores.iter().find(|store| store.uuid == uuid)).map(StoreView::from);
+        let listed = serving.and_then(|at| Some((at, stores.of_pod(&namespace, &pods.views[at])?)));
+        let store_view: Option<StoreView> = listed.and_then(|(_, store)| store).map(StoreView::from);
         let store = match (listed, &store_view) {
             (None, _) => ObservedStore::Unobserved,
             (Some(_), Some(view)) => ObservedStore::Registered(view),
-            (Some((at, _, _)), None) => {
+            (Some((at, _)), None) => {
                 ObservedStore::Missing { since: store_missing_noted(pods.raw[at]).unwrap_or(snapshot.now) }
             }
         };
-        let pool_list: Vec<PoolView> =
-            pools.iter().filter(|(ns, _)| *ns == namespace).map(|(_, pool)| pool.clone()).collect();
+        let pool_list = pools_by_namespace.get(namespace.as_str()).map_or(&[][..], Vec::as_slice);
         let input = ClaimInput {
             claim: &view,
             owned: &owned,
@@ -220,7 +243,7 @@ fn judge_claims<'a>(
             read: Read::Live,
             store,
             candidates: None,
-            pools: &pool_list,
+            pools: pool_list,
             now: snapshot.now,
             store_missing_bound: settings.store_missing_bound,
             source,
@@ -408,46 +431,37 @@ fn orphans(snapshot: &Snapshot, pods: &Pods<'_>, found: &mut Vec<Finding>) {
 }
 
 /// Stores whose labels are those of a claim that does not own their pod.
-fn foreign_store_labels(snapshot: &Snapshot, pods: &Pods<'_>, judged: &[Judged<'_>], found: &mut Vec<Finding>) {
-    let mut by_uuid: HashMap<(&str, &str), HashMap<&str, &CnStore>> = HashMap::new();
-    for (namespace, pool) in snapshot.stores.keys() {
-        let Some(stores) = snapshot.stores_of(namespace, pool) else { continue };
-        by_uuid.insert(
-            (namespace.as_str(), pool.as_str()),
-            stores.iter().map(|store| (store.uuid.as_str(), store)).collect(),
-        );
+fn foreign_store_labels(pods: &Pods<'_>, stores: &StoreIndex<'_>, judged: &[Judged<'_>], found: &mut Vec<Finding>) {
+    let by_uid: HashMap<(&str, &str), &Judged<'_>> =
+        judged.iter().map(|claim| ((claim.namespace.as_str(), claim.view.uid.as_str()), claim)).collect();
+    let by_name: HashMap<(&str, &str), &Judged<'_>> =
+        judged.iter().map(|claim| ((claim.namespace.as_str(), claim.view.name.as_str()), claim)).collect();
+    let mut labelled: HashMap<(&str, &StoreLabels), Vec<&Judged<'_>>> = HashMap::new();
+    for claim in judged.iter().filter(|claim| !claim.view.cn_labels.is_empty()) {
+        labelled.entry((claim.namespace.as_str(), &claim.view.cn_labels)).or_default().push(claim);
     }
-    let labelled: Vec<(&str, &StoreLabels, &Judged<'_>)> = judged
-        .iter()
-        .filter(|claim| !claim.view.cn_labels.is_empty())
-        .map(|claim| (claim.namespace.as_str(), &claim.view.cn_labels, claim))
-        .collect();
     for (pod, view) in pods.raw.iter().zip(&pods.views) {
         let namespace = pod.namespace().unwrap_or_default();
-        let (Some(pool), Some(uuid)) = (view.pool.as_deref(), view.store_uuid.as_deref()) else { continue };
-        let Some(store) = by_uuid.get(&(namespace.as_str(), pool)).and_then(|stores| stores.get(uuid)) else {
-            continue;
-        };
+        let Some(Some(store)) = stores.of_pod(&namespace, view) else { continue };
+        let uuid = store.uuid.as_str();
         if store.labels.is_empty() {
             continue;
         }
-        let owner = judged.iter().find(|claim| {
-            claim.namespace == namespace
-                && match (&view.claim_uid, &view.claimed_by) {
-                    (Some(uid), _) => claim.view.uid == *uid,
-                    (None, Some(name)) => claim.view.name == *name,
-                    (None, None) => false,
-                }
-        });
+        let owner = match (&view.claim_uid, &view.claimed_by) {
+            (Some(uid), _) => by_uid.get(&(namespace.as_str(), uid.as_str())),
+            (None, Some(name)) => by_name.get(&(namespace.as_str(), name.as_str())),
+            (None, None) => None,
+        }
+        .copied();
         if owner.is_some_and(|owner| owner.view.cn_labels == store.labels) {
             continue;
         }
         let strangers: Vec<&Judged<'_>> = labelled
-            .iter()
-            .filter(|(ns, labels, claim)| {
-                *ns == namespace && **labels == store.labels && owner.is_none_or(|owner| owner.claim != claim.claim)
-            })
-            .map(|(_, _, claim)| *claim)
+            .get(&(namespace.as_str(), &store.labels))
+            .into_iter()
+            .flatten()
+            .copied()
+            .filter(|claim| owner.is_none_or(|owner| !std::ptr::eq(owner.claim, claim.claim)))
             .collect();
         if strangers.is_empty() {
             continue;

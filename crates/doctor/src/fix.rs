@@ -8,6 +8,7 @@
 use cnpool_api::CNClaim;
 use cnpool_controllers::claim::{lost_status, rebind_spec};
 use cnpool_controllers::ownership::{self, Outcome, Transition};
+use cnpool_controllers::{is_not_found, is_stale};
 use cnpool_core::claim::{AfterRelease, LossReason};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, PostParams};
@@ -68,13 +69,11 @@ fn find<'a, K: Resource>(objects: &'a [K], namespace: &str, name: &str) -> Optio
     })
 }
 
-/// A refused guard (409 Conflict, 422 failed test, 404 gone) is an outcome.
-fn refused(error: &kube::Error) -> bool {
-    matches!(error, kube::Error::Api(status) if matches!(status.code, 404 | 409 | 422))
-}
-
+/// A refused guard (the object changed or went) is an outcome, as it is
+/// for the operator.
 fn answered(error: kube::Error) -> (WriteOutcome, String) {
-    let outcome = if refused(&error) { WriteOutcome::Refused } else { WriteOutcome::Failed };
+    let refused = is_stale(&error) || is_not_found(&error);
+    let outcome = if refused { WriteOutcome::Refused } else { WriteOutcome::Failed };
     (outcome, error.to_string())
 }
 

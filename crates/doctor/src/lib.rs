@@ -39,10 +39,14 @@ pub async fn run<R: StoreRegistry>(
 ) -> Result<Report, ReadError> {
     let first = snapshot::read(client, scope, registry).await?;
     let candidates = checks::findings(&first, settings);
-    if candidates.is_empty() {
+    // Information needs no confirmation: at a cutover every Go binding is
+    // one, and reading each again would cost a GET apiece.
+    let serious = |finding: &&Finding| finding.severity == Severity::Finding;
+    if !candidates.iter().any(|finding| serious(&finding)) {
         return Ok(Report::new(scope.namespace.clone(), &first, candidates, Vec::new()));
     }
-    let mut named: Vec<ObjectRef> = candidates.iter().flat_map(|finding| finding.objects.iter().cloned()).collect();
+    let mut named: Vec<ObjectRef> =
+        candidates.iter().filter(serious).flat_map(|finding| finding.objects.iter().cloned()).collect();
     named.sort();
     named.dedup();
     let confirmed = snapshot::reread(client, scope, registry, &first, &named).await?;

@@ -102,14 +102,27 @@ impl Snapshot {
     }
 }
 
-fn api<K>(client: &kube::Client, namespace: Option<&str>) -> Api<K>
+/// Every `K` of `namespace` (or all) whose labels match `selector`;
+/// `what` names them in the error.
+async fn list<K>(
+    client: &kube::Client,
+    namespace: Option<&str>,
+    selector: &str,
+    what: &str,
+) -> Result<Vec<K>, ReadError>
 where
-    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
 {
-    match namespace {
-        Some(namespace) => Api::namespaced(client.clone(), namespace),
-        None => Api::all(client.clone()),
-    }
+    let (api, scope) = match namespace {
+        Some(namespace) => (Api::<K>::namespaced(client.clone(), namespace), format!("namespace {namespace}")),
+        None => (Api::<K>::all(client.clone()), "all namespaces".to_owned()),
+    };
+    let params = if selector.is_empty() { ListParams::default() } else { ListParams::default().labels(selector) };
+    let listed = api.list(&params).await.map_err(kube_error(format!("list the {what} of {scope}")))?;
+    Ok(listed.items)
 }
 
 /// Reads the whole snapshot: one LIST per kind, the cutover record, and
@@ -120,35 +133,14 @@ pub async fn read<R: StoreRegistry>(
     registry: &impl Fn(&str) -> R,
 ) -> Result<Snapshot, ReadError> {
     let namespace = scope.namespace.as_deref();
-    let everywhere = || namespace.map_or_else(|| "all namespaces".to_owned(), |ns| format!("namespace {ns}"));
-    let pool_pods = ListParams::default().labels(labels::POOL_NAME);
-    let pods = api::<Pod>(client, namespace)
-        .list(&pool_pods)
-        .await
-        .map_err(kube_error(format!("list the pool pods of {}", everywhere())))?;
-    let claims = api::<CNClaim>(client, namespace)
-        .list(&ListParams::default())
-        .await
-        .map_err(kube_error(format!("list the CNClaims of {}", everywhere())))?;
-    let claim_sets = api::<CNClaimSet>(client, namespace)
-        .list(&ListParams::default())
-        .await
-        .map_err(kube_error(format!("list the CNClaimSets of {}", everywhere())))?;
-    let pools = api::<CNPool>(client, namespace)
-        .list(&ListParams::default())
-        .await
-        .map_err(kube_error(format!("list the CNPools of {}", everywhere())))?;
+    let pods = list::<Pod>(client, namespace, labels::POOL_NAME, "pool pods").await?;
+    let claims = list::<CNClaim>(client, namespace, "", "CNClaims").await?;
+    let claim_sets = list::<CNClaimSet>(client, namespace, "", "CNClaimSets").await?;
+    let pools = list::<CNPool>(client, namespace, "", "CNPools").await?;
     let cutover =
         cnpool_controllers::cutover::read(client, &scope.operator_namespace).await.map_err(ReadError::Cutover)?;
-    let mut snapshot = Snapshot {
-        pods: pods.items,
-        claims: claims.items,
-        claim_sets: claim_sets.items,
-        pools: pools.items,
-        stores: BTreeMap::new(),
-        cutover,
-        now: Timestamp::now(),
-    };
+    let mut snapshot =
+        Snapshot { pods, claims, claim_sets, pools, stores: BTreeMap::new(), cutover, now: Timestamp::now() };
     snapshot.stores = read_stores(client, scope, &snapshot.pools, registry).await;
     Ok(snapshot)
 }

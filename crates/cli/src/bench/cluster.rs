@@ -20,6 +20,8 @@ use cnpool_api::{CNClaim, CNPool, CNPoolStatus, ClaimPhase};
 use futures::{StreamExt, TryStreamExt};
 use kube::api::{Api, ListParams, PostParams, WatchEvent, WatchParams};
 use serde_json::json;
+
+pub(super) use crate::metrics_text::Metrics;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 pub use memory::{MemoryArgs, memory};
@@ -248,52 +250,6 @@ async fn http_get(address: SocketAddr, path: &str) -> anyhow::Result<(u16, Strin
         .and_then(|code| code.parse().ok())
         .with_context(|| format!("GET {address}{path}: no status line in {head:?}"))?;
     Ok((code, body.to_owned()))
-}
-
-/// A Prometheus text exposition.
-pub(super) struct Metrics(pub(super) String);
-
-/// Write verbs as the operator's request counter names them, and as the
-/// kube-apiserver's `apiserver_request_total` does (upper case, APPLY for
-/// server-side apply).
-const WRITE_VERBS: [&str; 7] = ["create", "update", "patch", "delete", "post", "put", "apply"];
-
-impl Metrics {
-    /// The samples of `name`: their labels and values.
-    pub(super) fn samples<'a>(&'a self, name: &'a str) -> impl Iterator<Item = (Labels<'a>, f64)> + 'a {
-        self.0.lines().filter_map(move |line| {
-            let (labels, value) = line.strip_prefix(name)?.strip_prefix('{')?.rsplit_once('}')?;
-            Some((Labels(labels), value.split_whitespace().next()?.parse::<f64>().ok()?))
-        })
-    }
-
-    /// The samples of `name` that count write requests (by their `verb`).
-    pub(super) fn write_samples<'a>(&'a self, name: &'a str) -> impl Iterator<Item = (Labels<'a>, f64)> + 'a {
-        self.samples(name).filter(|(labels, _)| {
-            labels.get("verb").is_some_and(|verb| WRITE_VERBS.iter().any(|write| write.eq_ignore_ascii_case(verb)))
-        })
-    }
-
-    /// The sum of every sample of `name`.
-    pub(super) fn total(&self, name: &str) -> f64 {
-        self.samples(name).map(|(_, value)| value).sum()
-    }
-
-    /// Write requests counted in `name`.
-    pub(super) fn writes(&self, name: &str) -> f64 {
-        self.write_samples(name).map(|(_, value)| value).sum()
-    }
-}
-
-/// The inside of a sample's `{…}`.
-pub(super) struct Labels<'a>(&'a str);
-
-impl Labels<'_> {
-    pub(super) fn get(&self, key: &str) -> Option<&str> {
-        let start = self.0.find(&format!("{key}=\""))? + key.len() + 2;
-        let length = self.0[start..].find('"')?;
-        Some(&self.0[start..start + length])
-    }
 }
 
 /// Creates the pool the cases bind from: `size` warm pods and no more
