@@ -59,7 +59,10 @@ pub async fn run(args: DoctorArgs) -> anyhow::Result<i32> {
     for discovery in args.hakeeper_discovery.iter().chain(args.hakeeper_address.iter().map(|(_, local)| local)) {
         check_discovery(discovery)?;
     }
-    let config = kube_config(args.kubeconfig.as_deref()).await?;
+    let config = match kube_config(args.kubeconfig.as_deref()).await {
+        Ok(config) => config,
+        Err(error) => return Ok(cannot_read(args.json, &format!("{error:#}"))),
+    };
     let operator_namespace = args.operator_namespace.clone().unwrap_or_else(|| config.default_namespace.clone());
     let mut registry = prometheus_client::registry::Registry::default();
     let metrics = Arc::new(cnpool_controllers::Metrics::register(&mut registry));
@@ -92,15 +95,17 @@ pub async fn run(args: DoctorArgs) -> anyhow::Result<i32> {
             print(&report, args.json)?;
             Ok(report.summary.exit_code)
         }
-        Err(error) => {
-            if args.json {
-                let failed = serde_json::json!({"schemaVersion": cnpool_doctor::report::SCHEMA_VERSION, "error": error.to_string()});
-                println!("{failed}");
-            }
-            eprintln!("cnpool doctor: the cluster could not be read: {error}");
-            Ok(2)
-        }
+        Err(error) => Ok(cannot_read(args.json, &error.to_string())),
     }
+}
+
+/// Says why the cluster could not be read; exit code 2.
+fn cannot_read(json: bool, why: &str) -> i32 {
+    if json {
+        println!("{}", serde_json::json!({"schemaVersion": cnpool_doctor::report::SCHEMA_VERSION, "error": why}));
+    }
+    eprintln!("cnpool doctor: the cluster could not be read: {why}");
+    2
 }
 
 fn address_mapping(text: &str) -> Result<(String, String), String> {

@@ -495,7 +495,12 @@ fn over_max_pods(snapshot: &Snapshot, pods: &Pods<'_>, found: &mut Vec<Finding>)
     for pool in &snapshot.pools {
         let namespace = pool.namespace().unwrap_or_default();
         let name = pool.name_any();
-        let Some(max) = pool.spec.strategy.scale_strategy.max_pods else { continue };
+        // A refused spec is its own finding, and the operator scales no
+        // such pool: its maxPods means nothing yet.
+        let Some(max) = pool.spec.strategy.scale_strategy.max_pods.filter(|_| validate_pool_spec(&pool.spec).is_ok())
+        else {
+            continue;
+        };
         let count = counts.get(&(namespace.clone(), name.as_str())).copied().unwrap_or_default();
         if count <= u64::try_from(max).unwrap_or_default() {
             continue;

@@ -179,3 +179,12 @@ fn a_spec_the_validation_refuses_names_its_field() {
     assert_eq!(found[0].check, Check::InvalidSpec);
     assert!(found[0].fix.action.contains("spec.sourcePod.podName"), "{}", found[0].fix.action);
 }
+
+#[test]
+fn a_pool_whose_max_pods_the_validation_refuses_is_reported_as_invalid_only() {
+    let idle = |name: &str| pod(name, json!({labels::PHASE: "Idle"}));
+    let mut state = snapshot(vec![idle("mo-0"), idle("mo-1")], vec![], vec![]);
+    state.pools = vec![pool(-1)];
+    let what: Vec<String> = seen(&state).into_iter().map(|(what, _)| what).collect();
+    assert_eq!(what, ["invalid-spec mo"]);
+}
