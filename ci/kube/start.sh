@@ -8,7 +8,8 @@
 #   CNPOOL_KUBE_PORT   API server port (default 26443); etcd uses the two ports below 2379+
 #
 # Writes $CNPOOL_KUBE_RUN/kubeconfig (cluster-admin token) and prints its path
-# on the last line of stdout. Server logs go to $CNPOOL_KUBE_RUN/*.log.
+# on the last line of stdout. Server logs go to $CNPOOL_KUBE_RUN/*.log, and
+# the audit log of ServiceAccounts' requests to $CNPOOL_KUBE_RUN/audit.log.
 set -euo pipefail
 
 cache=${CNPOOL_KUBE_CACHE:-/var/cache/cnpool-kube}
@@ -39,7 +40,21 @@ etcd --name cnpool-ci --data-dir "$run/etcd" \
   --listen-metrics-urls "" >etcd.log 2>&1 &
 echo $! > etcd.pid
 
+# Audit: the requests of deploy/rbac's ServiceAccounts (the operator
+# processes and `cnpool doctor` of the e2e suites, told apart by their
+# User-Agent), so that a suite can prove what a process sent.
+cat > audit-policy.yaml <<'POLICY'
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+- level: Metadata
+  userGroups: ["system:serviceaccounts"]
+- level: None
+POLICY
+
 "$bin/kube-apiserver" \
+  --audit-policy-file "$run/audit-policy.yaml" --audit-log-path "$run/audit.log" \
   --etcd-servers "http://127.0.0.1:$etcd_port" \
   --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$port" --insecure-port 0 \
   --cert-dir "$run/certs" \

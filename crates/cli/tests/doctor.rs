@@ -19,9 +19,19 @@ use support::{Cluster, POOL, claim_phase, eventually, label, legacy};
 
 const CNPOOL: &str = env!("CARGO_BIN_EXE_cnpool");
 
-/// Runs `cnpool doctor --json` (and `extra`) on `cluster`; its exit code
-/// and report.
-async fn doctor(cluster: &Cluster, extra: &[&str]) -> (i32, Value) {
+/// One run of `cnpool doctor --json`.
+struct Run {
+    code: i32,
+    report: Value,
+    /// The verbs of the doctor's requests in the API server's audit log,
+    /// when the server keeps one (`CNPOOL_E2E_AUDIT_LOG`, ci/kube/start.sh).
+    audited: Option<BTreeSet<String>>,
+}
+
+/// Runs `cnpool doctor --json` (and `extra`) on `cluster`.
+async fn doctor(cluster: &Cluster, extra: &[&str]) -> Run {
+    let audit_log = std::env::var_os("CNPOOL_E2E_AUDIT_LOG").filter(|_| std::env::var_os("CNPOOL_E2E_KUBECONFIG").is_some());
+    let audited_before = audit_log.as_ref().map(|log| std::fs::metadata(log).map_or(0, |meta| meta.len()));
     let output = tokio::process::Command::new(CNPOOL)
         .arg("doctor")
         .arg("--kubeconfig")
@@ -36,7 +46,36 @@ async fn doctor(cluster: &Cluster, extra: &[&str]) -> (i32, Value) {
     let report: Value = serde_json::from_str(&stdout).unwrap_or_else(|error| {
         panic!("doctor's JSON ({error}): {stdout}\nstderr: {}", String::from_utf8_lossy(&output.stderr))
     });
-    (output.status.code().expect("doctor exited"), report)
+    let audited = match (audit_log, audited_before) {
+        (Some(log), Some(from)) => Some(audited_verbs(&log, from).await),
+        _ => None,
+    };
+    Run { code: output.status.code().expect("doctor exited"), report, audited }
+}
+
+/// The verbs of the requests with the doctor's User-Agent that the audit
+/// log at `log` recorded after byte `from`. The server writes an event
+/// once the response is complete: wait until the count settles.
+async fn audited_verbs(log: &std::ffi::OsStr, from: u64) -> BTreeSet<String> {
+    let read = || {
+        let text = std::fs::read(log).expect("the API server's audit log");
+        let since = text.get(usize::try_from(from).unwrap()..).unwrap_or_default().to_vec();
+        String::from_utf8_lossy(&since)
+            .lines()
+            .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+            .filter(|event| event["userAgent"].as_str().is_some_and(|agent| agent.starts_with("cnpool-doctor/")))
+            .map(|event| event["verb"].as_str().unwrap_or("?").to_owned())
+            .collect::<Vec<String>>()
+    };
+    let mut seen = read();
+    loop {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let now = read();
+        if now.len() == seen.len() {
+            return now.into_iter().collect();
+        }
+        seen = now;
+    }
 }
 
 /// Each finding (not information) as `check: kind/name, ...`, objects sorted.
@@ -121,16 +160,24 @@ fn follows_the_documented_schema(report: &Value) {
     assert!(found.is_empty(), "the report differs from docs/runbook.md's schema: {found:#?}\n{report:#}");
 }
 
-/// The verbs of every request the doctor sent.
+/// The verbs of every request the doctor counted.
 fn verbs(report: &Value) -> BTreeSet<String> {
     report["requests"].as_object().expect("requests").keys().cloned().collect()
 }
 
-fn read_only(report: &Value) {
-    let verbs = verbs(report);
-    assert!(!verbs.is_empty(), "the doctor counts its requests: {report}");
-    let writes: Vec<&String> = verbs.iter().filter(|verb| !["get", "list", "watch"].contains(&verb.as_str())).collect();
-    assert!(writes.is_empty(), "a read-only doctor sent {writes:?}: {}", report["requests"]);
+const READS: [&str; 3] = ["get", "list", "watch"];
+
+/// The doctor sent nothing but reads: by its own count and, on a real
+/// server, by the server's audit log.
+fn read_only(run: &Run) {
+    let verbs = verbs(&run.report);
+    assert!(!verbs.is_empty(), "the doctor counts its requests: {}", run.report);
+    let writes: Vec<&String> = verbs.iter().filter(|verb| !READS.contains(&verb.as_str())).collect();
+    assert!(writes.is_empty(), "a read-only doctor sent {writes:?}: {}", run.report["requests"]);
+    if let Some(audited) = &run.audited {
+        assert!(!audited.is_empty(), "the audit log shows the doctor's requests");
+        assert!(audited.iter().all(|verb| READS.contains(&verb.as_str())), "the server saw {audited:?}");
+    }
 }
 
 /// The freetier-01 incident's state, as the Go operator left it: found
@@ -149,7 +196,8 @@ async fn the_incidents_state_is_found_exactly_repaired_by_fix_and_healed_by_the_
     // An orphan: bound by the Go operator to a claim that is gone.
     cluster.pods().create(&PostParams::default(), &legacy::go_pod(&ns, "mo-3", "ghost")).await.unwrap();
 
-    let (code, report) = doctor(&cluster, &[]).await;
+    let run = doctor(&cluster, &[]).await;
+    let (code, report) = (run.code, &run.report);
     let expected: BTreeSet<String> = [
         "shared-pod: CNClaim/shared-a, CNClaim/shared-b, Pod/mo-2".to_string(),
         "lost-pod: CNClaim/dangling, Pod/mo-9".to_string(),
@@ -160,11 +208,11 @@ async fn the_incidents_state_is_found_exactly_repaired_by_fix_and_healed_by_the_
         "orphan-pod: Pod/mo-3".to_string(),
     ]
     .into();
-    assert_eq!(findings(&report), expected, "{report:#}");
+    assert_eq!(findings(report), expected, "{report:#}");
     assert_eq!(code, 1, "findings exit 1");
-    follows_the_documented_schema(&report);
+    follows_the_documented_schema(report);
     assert_eq!(report["summary"]["findings"], 4);
-    read_only(&report);
+    read_only(&run);
     let adopted: BTreeSet<String> = report["findings"]
         .as_array()
         .unwrap()
@@ -174,9 +222,14 @@ async fn the_incidents_state_is_found_exactly_repaired_by_fix_and_healed_by_the_
         .collect();
     assert_eq!(adopted, ["other", "shared-a", "solo"].map(String::from).into(), "what cutover adopts is listed");
 
-    let (code, fixed) = doctor(&cluster, &["--fix"]).await;
-    assert_eq!(code, 1, "the findings it fixed were there: {fixed:#}");
-    follows_the_documented_schema(&fixed);
+    let fix = doctor(&cluster, &["--fix"]).await;
+    let fixed = &fix.report;
+    assert_eq!(fix.code, 1, "the findings it fixed were there: {fixed:#}");
+    follows_the_documented_schema(fixed);
+    if let Some(audited) = &fix.audited {
+        // The server saw the claim writes and the pod patch.
+        assert!(audited.contains("update") && audited.contains("patch"), "the server saw {audited:?}");
+    }
     let outcomes: BTreeSet<String> = fixed["fixes"]
         .as_array()
         .unwrap()
@@ -207,11 +260,11 @@ async fn the_incidents_state_is_found_exactly_repaired_by_fix_and_healed_by_the_
 
     cluster.start_operator(0).await;
     let healed = eventually("a clean doctor run after the operator started", Duration::from_secs(60), || async {
-        let (code, report) = doctor(&cluster, &[]).await;
-        if code == 0 { Ok(report) } else { Err(format!("exit {code}: {:?}", findings(&report))) }
+        let run = doctor(&cluster, &[]).await;
+        if run.code == 0 { Ok(run) } else { Err(format!("exit {}: {:?}", run.code, findings(&run.report))) }
     })
     .await;
-    assert!(findings(&healed).is_empty());
+    assert!(findings(&healed.report).is_empty());
     read_only(&healed);
 }
 
@@ -240,13 +293,14 @@ async fn a_healthy_cluster_of_a_thousand_bound_claims_reports_nothing() {
     .await;
     cluster.processes().kill_operators();
 
-    let (code, report) = doctor(&cluster, &[]).await;
+    let run = doctor(&cluster, &[]).await;
+    let report = &run.report;
     assert_eq!(report["findings"], Value::Array(Vec::new()), "{report:#}");
-    assert_eq!(code, 0);
-    follows_the_documented_schema(&report);
+    assert_eq!(run.code, 0);
+    follows_the_documented_schema(report);
     assert_eq!(report["read"]["claims"], CLAIMS);
     assert!(report["read"]["pods"].as_u64().unwrap() >= CLAIMS as u64, "{}", report["read"]);
-    read_only(&report);
+    read_only(&run);
 }
 
 /// The schema check fails on what the runbook does not document.

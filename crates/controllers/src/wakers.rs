@@ -90,6 +90,14 @@ impl Wakers {
         self.pods.wake(namespace, name);
     }
 
+    /// A wake of the pod that goes at once, throttled or not: its owner
+    /// changed, and a tenant waits for its CN store to take the new
+    /// owner's labels.
+    pub fn pod_now(&self, namespace: &str, name: &str) {
+        self.pods.expect(namespace, name);
+        self.pods.wake_expected(namespace, name);
+    }
+
     /// A reconcile of `namespace/name` starts: it reads the caches as they
     /// are now, so a wake held back for changes they already hold is spent —
     /// but only when `current`, the object it was handed being the version

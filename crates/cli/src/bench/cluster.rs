@@ -5,9 +5,12 @@
 //!
 //! - [`real`] (B2): a burst of binds against a real kube-apiserver.
 //! - [`memory`] (B5): the operator's peak RSS over large caches.
+//! - [`serial`] (B6): claims bound one at a time from a warm pool, against
+//!   a real kube-apiserver.
 
 mod memory;
 mod real;
+mod serial;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -26,12 +29,13 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 pub use memory::{MemoryArgs, memory};
 pub use real::{RealArgs, real};
+pub use serial::{SerialArgs, serial};
 
 /// The operator's request counter.
 pub(super) const OPERATOR_REQUESTS: &str = "cnpool_api_requests_total";
 
 /// The pool every case fills and binds from.
-const POOL: &str = "bench";
+pub(super) const POOL: &str = "bench";
 
 /// A child process of the case, killed (and reaped) when dropped.
 pub(super) struct Process {
@@ -180,11 +184,11 @@ impl Operator {
         kubeconfig: &Path,
         namespace: &str,
         node_side: &NodeSide,
-        workers: u16,
+        workers: Option<u16>,
         logs: &Path,
     ) -> anyhow::Result<Self> {
         let probes = free_port()?;
-        let args = [
+        let mut args = [
             "operator",
             "--kubeconfig",
             &kubeconfig.display().to_string(),
@@ -192,15 +196,18 @@ impl Operator {
             namespace,
             "--hakeeper-discovery",
             &node_side.discovery.to_string(),
-            "--workers",
-            &workers.to_string(),
             "--leader-elect=false",
             "--identity",
             "cnpool-bench",
             "--probe-listen",
             &probes.to_string(),
         ]
-        .map(str::to_owned);
+        .map(str::to_owned)
+        .to_vec();
+        // Without a number, the operator's own default.
+        if let Some(workers) = workers {
+            args.extend(["--workers".to_owned(), workers.to_string()]);
+        }
         let process = Process::start("operator", &args, logs)?;
         let mut operator = Self { process, probes };
         let address = operator.probes;
@@ -255,6 +262,16 @@ async fn http_get(address: SocketAddr, path: &str) -> anyhow::Result<(u16, Strin
 /// Creates the pool the cases bind from: `size` warm pods and no more
 /// (maxIdle = maxPods = size), so that binding them all makes no new pods.
 pub(super) async fn create_pool(client: &kube::Client, namespace: &str, size: usize) -> anyhow::Result<()> {
+    create_pool_of(client, namespace, size, Some(size)).await
+}
+
+/// Creates the pool with `max_idle` warm pods and at most `max_pods`.
+pub(super) async fn create_pool_of(
+    client: &kube::Client,
+    namespace: &str,
+    max_idle: usize,
+    max_pods: Option<usize>,
+) -> anyhow::Result<()> {
     let pool: CNPool = serde_json::from_value(json!({
         "apiVersion": "core.matrixorigin.io/v1alpha1",
         "kind": "CNPool",
@@ -262,7 +279,7 @@ pub(super) async fn create_pool(client: &kube::Client, namespace: &str, size: us
         "spec": {
             "template": {"image": "matrixorigin/matrixone:bench", "semanticVersion": "1.2.0"},
             "podLabels": {"tier": "standard"},
-            "strategy": {"scaleStrategy": {"maxIdle": size, "maxPods": size}},
+            "strategy": {"scaleStrategy": {"maxIdle": max_idle, "maxPods": max_pods}},
         },
     }))
     .context("building the pool")?;
@@ -297,7 +314,7 @@ async fn create_claims(
 
 /// Claim `index` of a case: nominated to the pool, with a CN label of its
 /// own, as a tenant's claim has.
-fn claim(namespace: &str, index: usize) -> anyhow::Result<CNClaim> {
+pub(super) fn claim(namespace: &str, index: usize) -> anyhow::Result<CNClaim> {
     serde_json::from_value(json!({
         "apiVersion": "core.matrixorigin.io/v1alpha1",
         "kind": "CNClaim",
@@ -312,7 +329,7 @@ fn claim(namespace: &str, index: usize) -> anyhow::Result<CNClaim> {
     .context("building a claim")
 }
 
-fn claim_name(index: usize) -> String {
+pub(super) fn claim_name(index: usize) -> String {
     format!("bench-{index:05}")
 }
 

@@ -45,6 +45,10 @@ enum Case {
     /// B5: the operator process's peak RSS with 1,000 and 10,000 pods and
     /// as many claims in its caches (on `cnpool dev`'s embedded server).
     Memory(cluster::MemoryArgs),
+    /// B6: claims created one at a time onto a warm pool of a real
+    /// kube-apiserver (`--kubeconfig`), the operator as its own process at
+    /// its defaults: how long a tenant waits for a CN (p50, p99).
+    Serial(cluster::SerialArgs),
     /// B1 to B5 one after another with their defaults, then one table of
     /// every figure that has a target. B2 needs a real kube-apiserver
     /// (`--kubeconfig`; ci/bench/all.sh starts one and stops it).
@@ -81,6 +85,7 @@ async fn run_case(case: &Case) -> anyhow::Result<Vec<Table>> {
         Case::Steady(case) => vec![inprocess::steady(case).await?],
         Case::Migration(case) => vec![inprocess::migration(case).await?],
         Case::Memory(case) => vec![cluster::memory(case).await?],
+        Case::Serial(case) => vec![cluster::serial(case).await?],
         Case::All(case) => {
             let mut tables = vec![
                 inprocess::burst(&defaults()?).await?,

@@ -89,7 +89,7 @@ async fn measure(pods: usize, args: &MemoryArgs, logs: &Path) -> anyhow::Result<
     let within = Duration::from_secs(120) + Duration::from_millis(50) * u32::try_from(pods).unwrap_or(u32::MAX);
 
     let started = Instant::now();
-    let mut operator = Operator::start(&kubeconfig, NAMESPACE, &node_side, args.workers, logs).await?;
+    let mut operator = Operator::start(&kubeconfig, NAMESPACE, &node_side, Some(args.workers), logs).await?;
     create_pool(&client, NAMESPACE, pods).await?;
     wait_for_pool(&client, NAMESPACE, Some(&mut operator.process), PoolCount::Idle, pods, within).await?;
     create_claims(&client, NAMESPACE, pods, args.creators.max(1)).await?;
@@ -100,7 +100,7 @@ async fn measure(pods: usize, args: &MemoryArgs, logs: &Path) -> anyhow::Result<
     drop(operator);
 
     let started = Instant::now();
-    let mut operator = Operator::start(&kubeconfig, NAMESPACE, &node_side, args.workers, logs).await?;
+    let mut operator = Operator::start(&kubeconfig, NAMESPACE, &node_side, Some(args.workers), logs).await?;
     let cached = format!("the restarted operator's pool_pods metric counting {pods} Bound");
     let probes = operator.probes;
     wait_for(&cached, within, Some(&mut operator.process), || async move {

@@ -56,7 +56,7 @@ pub async fn real(args: &RealArgs) -> anyhow::Result<Table> {
     crate::dev::install_crds(client.clone()).await?;
     let namespace = fresh_namespace(&client).await?;
     let node_side = NodeSide::against(&args.kubeconfig, &logs).await?;
-    let mut operator = Operator::start(&args.kubeconfig, &namespace, &node_side, args.workers, &logs).await?;
+    let mut operator = Operator::start(&args.kubeconfig, &namespace, &node_side, Some(args.workers), &logs).await?;
 
     let ceiling = write_ceiling(&client, &namespace, args.ceiling_writers.max(1), args.ceiling_writes).await?;
     create_pool(&client, &namespace, claims).await?;
@@ -161,7 +161,7 @@ async fn server_metrics(client: &kube::Client) -> anyhow::Result<Metrics> {
 /// A namespace of its own for the run, once pods can be created in it (a
 /// 1.20 server refuses them until the default ServiceAccount has a token),
 /// with the CRDs served.
-async fn fresh_namespace(client: &kube::Client) -> anyhow::Result<String> {
+pub(super) async fn fresh_namespace(client: &kube::Client) -> anyhow::Result<String> {
     let seconds = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_secs();
     let name = format!("cnpool-bench-{seconds}");
     let namespace: Namespace = serde_json::from_value(json!({"metadata": {"name": name}}))?;
