@@ -30,7 +30,8 @@ struct Run {
 
 /// Runs `cnpool doctor --json` (and `extra`) on `cluster`.
 async fn doctor(cluster: &Cluster, extra: &[&str]) -> Run {
-    let audit_log = std::env::var_os("CNPOOL_E2E_AUDIT_LOG").filter(|_| std::env::var_os("CNPOOL_E2E_KUBECONFIG").is_some());
+    let audit_log =
+        std::env::var_os("CNPOOL_E2E_AUDIT_LOG").filter(|_| std::env::var_os("CNPOOL_E2E_KUBECONFIG").is_some());
     let audited_before = audit_log.as_ref().map(|log| std::fs::metadata(log).map_or(0, |meta| meta.len()));
     let output = tokio::process::Command::new(CNPOOL)
         .arg("doctor")

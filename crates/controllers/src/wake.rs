@@ -88,7 +88,8 @@ pub fn pod_changed<R>(ctx: &Context<R>, change: Change<'_, Pod>) {
     if let (Some(pool), Some(uid)) = (label(any, labels::POOL_NAME), any.metadata.uid.as_deref()) {
         ctx.expected.shown(&(namespace.clone(), pool.to_owned()), &name, uid);
     }
-    let owner_of = |pod: Option<&'_ Arc<Pod>>| pod.and_then(|pod| label(pod.as_ref(), labels::CLAIM_UID)).map(str::to_owned);
+    let owner_of =
+        |pod: Option<&'_ Arc<Pod>>| pod.and_then(|pod| label(pod.as_ref(), labels::CLAIM_UID)).map(str::to_owned);
     if new.is_some() && owner_of(old) != owner_of(new) {
         ctx.wake.pod_now(&namespace, &name);
     } else if changed(change, store_facts) {

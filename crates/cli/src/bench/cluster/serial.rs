@@ -131,8 +131,11 @@ async fn wait_for_idle_pods(
     count: usize,
     within: Duration,
 ) -> anyhow::Result<()> {
-    let idle = ListParams::default()
-        .labels(&format!("{}={POOL},{}=Idle", cnpool_api::labels::POOL_NAME, cnpool_api::labels::PHASE));
+    let idle = ListParams::default().labels(&format!(
+        "{}={POOL},{}=Idle",
+        cnpool_api::labels::POOL_NAME,
+        cnpool_api::labels::PHASE
+    ));
     let what = format!("{count} Idle pods in pool {POOL}");
     wait_for(&what, within, Some(&mut operator.process), || async {
         let listed = pods.list(&idle).await.map_err(|error| error.to_string())?;
