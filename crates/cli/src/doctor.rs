@@ -55,7 +55,7 @@ pub struct DoctorArgs {
 }
 
 /// What the doctor's requests carry as their User-Agent.
-pub const USER_AGENT: &str = concat!("cnpool-doctor/", env!("CARGO_PKG_VERSION"));
+const USER_AGENT: &str = concat!("cnpool-doctor/", env!("CARGO_PKG_VERSION"));
 
 /// Runs the audit; the process's exit code.
 pub async fn run(args: DoctorArgs) -> anyhow::Result<i32> {

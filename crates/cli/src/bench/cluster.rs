@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use cnpool_api::{CNClaim, CNPool, CNPoolStatus, ClaimPhase};
 use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
 use kube::api::{Api, ListParams, PostParams, WatchEvent, WatchParams};
 use serde_json::json;
 
@@ -257,6 +258,60 @@ async fn http_get(address: SocketAddr, path: &str) -> anyhow::Result<(u16, Strin
         .and_then(|code| code.parse().ok())
         .with_context(|| format!("GET {address}{path}: no status line in {head:?}"))?;
     Ok((code, body.to_owned()))
+}
+
+/// What a case against a real kube-apiserver runs in: the CRDs installed, a
+/// namespace of its own, and the node side and the operator (at `workers`,
+/// or its own default) as child processes, logging to `logs`. Fields drop in
+/// order, so the operator stops before the node side it talks to.
+struct RealCluster {
+    client: kube::Client,
+    namespace: String,
+    logs: PathBuf,
+    operator: Operator,
+    node_side: NodeSide,
+}
+
+impl RealCluster {
+    async fn start(kubeconfig: &Path, case: &str, workers: Option<u16>) -> anyhow::Result<Self> {
+        let logs = log_dir(case)?;
+        let config = crate::operator::kube_config(Some(kubeconfig)).await?;
+        let client = kube::Client::try_from(config).context("--kubeconfig: building the Kubernetes client")?;
+        crate::dev::install_crds(client.clone()).await?;
+        let namespace = fresh_namespace(&client).await?;
+        let node_side = NodeSide::against(kubeconfig, &logs).await?;
+        let operator = Operator::start(kubeconfig, &namespace, &node_side, workers, &logs).await?;
+        Ok(Self { client, namespace, logs, operator, node_side })
+    }
+}
+
+/// A namespace of its own for the run, once pods can be created in it (a
+/// 1.20 server refuses them until the default ServiceAccount has a token),
+/// with the CRDs served.
+async fn fresh_namespace(client: &kube::Client) -> anyhow::Result<String> {
+    let seconds = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_secs();
+    let name = format!("cnpool-bench-{seconds}");
+    let namespace: Namespace = serde_json::from_value(json!({"metadata": {"name": name}}))?;
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    namespaces
+        .create(&PostParams::default(), &namespace)
+        .await
+        .with_context(|| format!("creating namespace {name}"))?;
+    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), &name);
+    wait_for("the namespace's default ServiceAccount token", Duration::from_secs(60), None, || async {
+        let account = accounts.get_opt("default").await.map_err(|error| error.to_string())?;
+        match account.and_then(|account| account.secrets).filter(|secrets| !secrets.is_empty()) {
+            Some(_) => Ok(()),
+            None => Err("no token yet".to_owned()),
+        }
+    })
+    .await?;
+    let pools: Api<CNPool> = Api::namespaced(client.clone(), &name);
+    wait_for("the CRDs served", Duration::from_secs(60), None, || async {
+        pools.list(&ListParams::default().limit(1)).await.map(drop).map_err(|error| error.to_string())
+    })
+    .await?;
+    Ok(name)
 }
 
 /// Creates the pool the cases bind from: `size` warm pods and no more

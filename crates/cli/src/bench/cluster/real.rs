@@ -7,15 +7,11 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use cnpool_api::CNPool;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, ServiceAccount};
-use kube::api::{Api, ListParams, PostParams};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::Api;
 use serde_json::json;
 
-use super::{
-    Metrics, NodeSide, OPERATOR_REQUESTS, Operator, PoolCount, burst, create_pool, log_dir, quantile, wait_for,
-    wait_for_pool,
-};
+use super::{Metrics, OPERATOR_REQUESTS, PoolCount, RealCluster, burst, create_pool, quantile, wait_for_pool};
 use crate::bench::Table;
 use crate::bench::apiserver::{create_targets, patch_targets};
 
@@ -50,13 +46,8 @@ const P99_TARGET: f64 = 2.0;
 
 pub async fn real(args: &RealArgs) -> anyhow::Result<Table> {
     let claims = args.claims.max(1);
-    let logs = log_dir("real")?;
-    let config = crate::operator::kube_config(Some(&args.kubeconfig)).await?;
-    let client = kube::Client::try_from(config).context("--kubeconfig: building the Kubernetes client")?;
-    crate::dev::install_crds(client.clone()).await?;
-    let namespace = fresh_namespace(&client).await?;
-    let node_side = NodeSide::against(&args.kubeconfig, &logs).await?;
-    let mut operator = Operator::start(&args.kubeconfig, &namespace, &node_side, Some(args.workers), &logs).await?;
+    let RealCluster { client, namespace, logs, mut operator, node_side } =
+        RealCluster::start(&args.kubeconfig, "real", Some(args.workers)).await?;
 
     let ceiling = write_ceiling(&client, &namespace, args.ceiling_writers.max(1), args.ceiling_writes).await?;
     create_pool(&client, &namespace, claims).await?;
@@ -156,35 +147,6 @@ async fn server_metrics(client: &kube::Client) -> anyhow::Result<Metrics> {
     let request = http::Request::get("/metrics").body(Vec::new()).context("building GET /metrics")?;
     let text = client.request_text(request).await.context("GET /metrics of the kube-apiserver")?;
     Ok(Metrics(text))
-}
-
-/// A namespace of its own for the run, once pods can be created in it (a
-/// 1.20 server refuses them until the default ServiceAccount has a token),
-/// with the CRDs served.
-pub(super) async fn fresh_namespace(client: &kube::Client) -> anyhow::Result<String> {
-    let seconds = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_secs();
-    let name = format!("cnpool-bench-{seconds}");
-    let namespace: Namespace = serde_json::from_value(json!({"metadata": {"name": name}}))?;
-    let namespaces: Api<Namespace> = Api::all(client.clone());
-    namespaces
-        .create(&PostParams::default(), &namespace)
-        .await
-        .with_context(|| format!("creating namespace {name}"))?;
-    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), &name);
-    wait_for("the namespace's default ServiceAccount token", Duration::from_secs(60), None, || async {
-        let account = accounts.get_opt("default").await.map_err(|error| error.to_string())?;
-        match account.and_then(|account| account.secrets).filter(|secrets| !secrets.is_empty()) {
-            Some(_) => Ok(()),
-            None => Err("no token yet".to_owned()),
-        }
-    })
-    .await?;
-    let pools: Api<CNPool> = Api::namespaced(client.clone(), &name);
-    wait_for("the CRDs served", Duration::from_secs(60), None, || async {
-        pools.list(&ListParams::default().limit(1)).await.map(drop).map_err(|error| error.to_string())
-    })
-    .await?;
-    Ok(name)
 }
 
 /// Merge patches per second a plain client gets from the server.

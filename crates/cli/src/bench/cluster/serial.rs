@@ -13,8 +13,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, PostParams, WatchEvent, WatchParams};
 use serde_json::json;
 
-use super::real::fresh_namespace;
-use super::{NodeSide, Operator, POOL, claim, claim_name, create_pool_of, log_dir, quantile, wait_for};
+use super::{Operator, POOL, RealCluster, claim, claim_name, create_pool_of, quantile, wait_for};
 use crate::bench::Table;
 
 #[derive(clap::Args)]
@@ -39,13 +38,8 @@ const P99_TARGET: f64 = 0.150;
 pub async fn serial(args: &SerialArgs) -> anyhow::Result<Table> {
     let claims = args.claims.max(1);
     let max_idle = args.max_idle.max(1);
-    let logs = log_dir("serial")?;
-    let config = crate::operator::kube_config(Some(&args.kubeconfig)).await?;
-    let client = kube::Client::try_from(config).context("--kubeconfig: building the Kubernetes client")?;
-    crate::dev::install_crds(client.clone()).await?;
-    let namespace = fresh_namespace(&client).await?;
-    let node_side = NodeSide::against(&args.kubeconfig, &logs).await?;
-    let mut operator = Operator::start(&args.kubeconfig, &namespace, &node_side, None, &logs).await?;
+    let RealCluster { client, namespace, logs, mut operator, node_side } =
+        RealCluster::start(&args.kubeconfig, "serial", None).await?;
     create_pool_of(&client, &namespace, max_idle, None).await?;
     let warm = Duration::from_secs(300);
     let pods: Api<Pod> = Api::namespaced(client.clone(), &namespace);
