@@ -36,7 +36,7 @@ pub struct OperatorArgs {
     #[arg(long, value_name = "NS", value_delimiter = ',')]
     namespace: Vec<String>,
     /// Reconciles run at once, per controller.
-    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=256))]
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..=256))]
     workers: u16,
     /// Client-side limit on Kubernetes API requests per second, on average
     /// (0: none).

@@ -143,13 +143,13 @@ async fn execute<R>(ctx: &Context<R>, set: &CNClaimSet, key: &Key, plan: &ClaimS
     let set_ref = set.object_ref(&());
     if !replaced.is_empty() {
         let note = format!("deleted Lost claims {}, to be replaced", replaced.join(", "));
-        ctx.event(&set_ref, true, "ReplacingLost", "Delete", note).await;
+        ctx.event(&set_ref, true, "ReplacingLost", "Delete", note);
     }
     if !scaled_in.is_empty() {
-        ctx.event(&set_ref, false, "ScaledIn", "Delete", format!("deleted claims {}", scaled_in.join(", "))).await;
+        ctx.event(&set_ref, false, "ScaledIn", "Delete", format!("deleted claims {}", scaled_in.join(", ")));
     }
     if !created.is_empty() {
-        ctx.event(&set_ref, false, "ScaledOut", "Create", format!("created claims {}", created.join(", "))).await;
+        ctx.event(&set_ref, false, "ScaledOut", "Create", format!("created claims {}", created.join(", ")));
     }
     Ok(created.len())
 }

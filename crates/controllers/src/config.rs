@@ -68,7 +68,7 @@ impl Default for Config {
     fn default() -> Self {
         Self {
             namespace: None,
-            workers: 4,
+            workers: 16,
             requeue_min: Duration::from_millis(200),
             requeue_max: Duration::from_secs(30),
             resync: Duration::from_secs(300),

@@ -22,7 +22,7 @@ use crate::Config;
 use crate::backoff::Backoff;
 use crate::cache::{ClaimSets, Claims, Pods, Pools};
 use crate::clusters::{LogSets, Unresolved, cluster_of};
-use crate::events::Recorder;
+use crate::events::{EventQueue, Recorder};
 use crate::expected::Expected;
 use crate::lately::{ClaimsTookLately, PodsTakenLately, Rollouts};
 use crate::metrics::Metrics;
@@ -84,7 +84,7 @@ pub struct Context<R> {
     pub(crate) pool_status_writes: OwnWrites<CNPool>,
     /// The cutover time, once read from the cluster (`cutover`).
     pub(crate) cutover: OnceLock<Timestamp>,
-    recorder: Recorder,
+    events: EventQueue,
 }
 
 impl<R> Context<R> {
@@ -99,7 +99,7 @@ impl<R> Context<R> {
             claim_writes: OwnWrites::new(config.requeue_max),
             claim_pod_writes: OwnWrites::new(config.requeue_max),
             pool_status_writes: OwnWrites::new(config.requeue_max),
-            recorder: Recorder::new(client.clone(), "cnpool", &config.instance),
+            events: EventQueue::start(Recorder::new(client.clone(), "cnpool", &config.instance)),
             backoff: Backoff::new(&config),
             pods_taken_lately: PodsTakenLately::new(config.requeue_max),
             claims_took_lately: ClaimsTookLately::new(config.requeue_max),
@@ -198,11 +198,10 @@ impl<R> Context<R> {
         cnpool_core::convert::pool_view(pool, revision, defaults)
     }
 
-    /// Publishes an Event; a failure to publish is logged, never fatal.
-    pub async fn event(&self, object: &ObjectReference, warning: bool, reason: &str, action: &str, note: String) {
-        if let Err(error) = self.recorder.publish(object, warning, reason, action, note, self.now()).await {
-            tracing::debug!(%error, reason, "could not publish an Event");
-        }
+    /// Queues an Event for publishing; a failure to publish is logged,
+    /// never fatal, and never waited for.
+    pub fn event(&self, object: &ObjectReference, warning: bool, reason: &str, action: &str, note: String) {
+        self.events.publish(object, warning, reason, action, note, self.now());
     }
 }
 

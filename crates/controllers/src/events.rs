@@ -19,6 +19,7 @@ use k8s_openapi::api::events::v1::{Event, EventSeries};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
+use tokio::sync::mpsc;
 
 /// How long a repeat still counts in an Event's series; later, it is an
 /// Event of its own (kube-runtime's recorder keeps the same window).
@@ -41,6 +42,67 @@ struct Published {
     name: String,
     count: i32,
     last: Timestamp,
+}
+
+/// How many Events may wait for the publisher; more are dropped (Events
+/// are best effort, as kube-runtime's recorder's are).
+const QUEUE_CAPACITY: usize = 4096;
+
+/// One Event waiting to be published, with the time it happened.
+struct Pending {
+    regarding: ObjectReference,
+    warning: bool,
+    reason: String,
+    action: String,
+    note: String,
+    at: Timestamp,
+}
+
+/// Hands Events to one task that publishes them in order, so that a
+/// reconcile never waits for an Event's round trip: the `Bound` Event used
+/// to stand between one claim's bind and the next on the same worker.
+pub struct EventQueue {
+    sender: mpsc::Sender<Pending>,
+}
+
+impl EventQueue {
+    /// Starts the publishing task on the current runtime; it ends once the
+    /// queue is dropped and what it holds is published.
+    pub fn start(recorder: Recorder) -> Self {
+        let (sender, mut receiver) = mpsc::channel::<Pending>(QUEUE_CAPACITY);
+        tokio::spawn(async move {
+            while let Some(event) = receiver.recv().await {
+                let Pending { regarding, warning, reason, action, note, at } = event;
+                if let Err(error) = recorder.publish(&regarding, warning, &reason, &action, note, at).await {
+                    tracing::debug!(%error, reason, "could not publish an Event");
+                }
+            }
+        });
+        Self { sender }
+    }
+
+    /// Queues an Event about `regarding` that happened `at`.
+    pub fn publish(
+        &self,
+        regarding: &ObjectReference,
+        warning: bool,
+        reason: &str,
+        action: &str,
+        note: String,
+        at: Timestamp,
+    ) {
+        let event = Pending {
+            regarding: regarding.clone(),
+            warning,
+            reason: reason.to_owned(),
+            action: action.to_owned(),
+            note,
+            at,
+        };
+        if self.sender.try_send(event).is_err() {
+            tracing::debug!(reason, "Event queue full or closed; Event dropped");
+        }
+    }
 }
 
 /// Publishes Events as `controller` (instance `instance`).

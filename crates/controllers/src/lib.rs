@@ -367,6 +367,7 @@ where
         cache::inform(
             pod_api,
             watch.clone().labels(labels::POOL_NAME),
+            cache::trim_pod,
             pod_writer,
             ctx.pods.clone(),
             move |change| wake::pod_changed(&pod_ctx, change),
@@ -376,6 +377,7 @@ where
         cache::inform(
             claim_api,
             watch.clone(),
+            |_| {},
             claim_writer,
             ctx.claims.clone(),
             move |change| wake::claim_changed(&claim_ctx, change),
@@ -385,6 +387,7 @@ where
         cache::inform(
             pool_api,
             watch.clone(),
+            |_| {},
             pool_writer,
             ctx.pools.clone(),
             move |change| wake::pool_changed(&pool_ctx, change),
@@ -394,6 +397,7 @@ where
         cache::inform(
             claim_set_api,
             watch.clone(),
+            |_| {},
             claim_set_writer,
             ctx.claim_sets.clone(),
             move |change| wake::claim_set_changed(&claim_set_ctx, change),

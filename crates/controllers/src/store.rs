@@ -158,7 +158,7 @@ pub async fn reconcile<R: StoreRegistry + 'static>(pod: Arc<Pod>, ctx: Arc<Conte
             Outcome::Applied(_) => {
                 if let PodTransition::Terminate(reason) = step {
                     let note = format!("draining pod goes Terminating: {}", reason.as_str());
-                    ctx.event(&pod.object_ref(&()), false, reason.as_str(), "Terminate", note).await;
+                    ctx.event(&pod.object_ref(&()), false, reason.as_str(), "Terminate", note);
                 }
                 ctx.backoff.settled(Kind::Pod, &key);
                 return Ok(after_own_write(&ctx));
@@ -378,7 +378,7 @@ async fn finalize<R: StoreRegistry>(ctx: &Context<R>, pod: &Pod, uuid: &str) -> 
             return Ok(Action::requeue(ctx.backoff.failure(Kind::Pod, &key_of(pod))));
         }
         let note = format!("CN store {uuid} could not be removed from HAKeeper ({error}); the pod goes anyway");
-        ctx.event(&pod.object_ref(&()), true, "StoreRemovalTimedOut", "RemoveStore", note).await;
+        ctx.event(&pod.object_ref(&()), true, "StoreRemovalTimedOut", "RemoveStore", note);
     }
     if let Ok(cluster) = &cluster {
         cluster.stores.forget(uuid);
@@ -414,7 +414,7 @@ async fn sweep_go_orphan<R>(ctx: &Context<R>, pod: &Pod, view: &PodView, claim_n
     {
         tracing::info!(pod = %name, claim = claim_name, "released a Go-bound pod: no claim of its name exists");
         let note = format!("released: claim {claim_name}, which the Go operator bound it to, no longer exists");
-        ctx.event(&pod.object_ref(&()), false, "OrphanReleased", "Release", note).await;
+        ctx.event(&pod.object_ref(&()), false, "OrphanReleased", "Release", note);
     }
     Ok(after_own_write(ctx))
 }
@@ -448,7 +448,7 @@ async fn sweep_orphan<R>(ctx: &Context<R>, pod: &Pod, view: &PodView, claim_uid:
     {
         tracing::info!(pod = %name, claim_uid, "released an orphan: no claim has its owner's UID");
         let note = format!("released: claim {claim_uid} no longer exists");
-        ctx.event(&pod.object_ref(&()), false, "OrphanReleased", "Release", note).await;
+        ctx.event(&pod.object_ref(&()), false, "OrphanReleased", "Release", note);
     }
     Ok(after_own_write(ctx))
 }

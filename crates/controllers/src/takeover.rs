@@ -66,7 +66,7 @@ pub async fn release_from_go_workload<R>(ctx: &Context<R>, pod: &Pod) -> Result<
              manages it, and deleting that workload would delete the pod. Delete the workload with \
              --cascade=orphan (docs/cutover.md)"
         );
-        ctx.event(&pod.object_ref(&()), true, "GoWorkloadActive", "Release", note).await;
+        ctx.event(&pod.object_ref(&()), true, "GoWorkloadActive", "Release", note);
         return Ok(Some(Release::TakenBack));
     }
     let kept: Vec<&OwnerReference> = pod
@@ -90,7 +90,7 @@ pub async fn release_from_go_workload<R>(ctx: &Context<R>, pod: &Pod) -> Result<
             let pool = pod.metadata.labels.as_ref().and_then(|labels| labels.get(labels::POOL_NAME));
             tracing::info!(pod = %name, pool = pool.map(String::as_str).unwrap_or_default(), from = %owners, "released pod from its Go workload");
             let note = format!("cnpool took the pod over from {owners}: its garbage collection no longer reaches it");
-            ctx.event(&pod.object_ref(&()), false, "ReleasedFromGoWorkload", "Release", note).await;
+            ctx.event(&pod.object_ref(&()), false, "ReleasedFromGoWorkload", "Release", note);
             Ok(Some(Release::Released))
         }
         Err(error) if is_stale(&error) || is_not_found(&error) => Ok(Some(Release::Refused)),

@@ -86,7 +86,7 @@ impl Verdict {
             return;
         }
         tracing::warn!(kind, namespace, name, reason = self.reason, message = %self.message, "not acting on the spec");
-        ctx.event(object, true, self.reason, "Validate", self.message.clone()).await;
+        ctx.event(object, true, self.reason, "Validate", self.message.clone());
     }
 }
 

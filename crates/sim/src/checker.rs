@@ -247,6 +247,12 @@ impl Migration {
     fn window(&self) -> Option<std::ops::Range<Duration>> {
         Some(self.started..self.ended? + MIGRATION_TAIL)
     }
+
+    /// Whether what happens at `now` is still counted into it: under way,
+    /// or within the tail after its end.
+    fn counts_at(&self, now: Duration) -> bool {
+        self.ended.is_none_or(|ended| now <= ended + MIGRATION_TAIL)
+    }
 }
 
 /// What a bounded condition is about; with a name, one subject.
@@ -507,7 +513,7 @@ impl Checker {
         match event.storage.plural.as_str() {
             "pods" if event.event_type == EventType::Deleted => {
                 self.episodes.forget(&[Subject::Pod, Subject::PodStore], &key.1);
-                self.migrating_pod_changed(&key, None);
+                self.migrating_pod_changed(&key, None, now);
                 if let Some(pod) = self.pods.remove(&key)
                     && let Some(uuid) = pod.store_uuid
                 {
@@ -516,7 +522,7 @@ impl Checker {
             }
             "pods" => {
                 let record = pod_record(&event.object, self.bounds.owner_label);
-                self.migrating_pod_changed(&key, Some(&record));
+                self.migrating_pod_changed(&key, Some(&record), now);
                 let pool = record.pool.clone();
                 self.pods.insert(key.clone(), record);
                 self.check_owners(&key, now);
@@ -545,9 +551,11 @@ impl Checker {
             }
             "cnclaims" if event.event_type == EventType::Deleted => {
                 self.episodes.forget(&[Subject::Claim, Subject::ClaimStore], &key.1);
-                if let Some(migration) = self.migration_of(&key) {
-                    migration.disturbed = true;
-                    migration.ended = Some(now);
+                for migration in self.migrations.iter_mut().filter(|migration| migration.claim == key) {
+                    if migration.counts_at(now) {
+                        migration.disturbed = true;
+                        migration.ended.get_or_insert(now);
+                    }
                 }
                 self.claims.remove(&key);
             }
@@ -578,11 +586,13 @@ impl Checker {
     /// Starts, follows and ends a claim's migration on a commit of the
     /// claim (`record`, before it replaces the last one).
     fn follow_migration(&mut self, key: &Key, record: &ClaimRecord, now: Duration) {
-        let counted = self.migrations.iter_mut().filter(|migration| {
-            &migration.claim == key && migration.ended.is_none_or(|ended| now <= ended + MIGRATION_TAIL)
-        });
+        let counted =
+            self.migrations.iter_mut().filter(|migration| &migration.claim == key && migration.counts_at(now));
         for migration in counted {
             migration.writes += 1;
+            // A loss in the tail is priced by no migration bound: the
+            // release and new acquire that follow are the loss's cost.
+            migration.disturbed |= record.phase == "Lost" || record.deleting;
         }
         let owner = self.bounds.owner_label.names(&key.1, record).to_owned();
         match (&record.source_pod, self.migration_of(key)) {
@@ -599,9 +609,7 @@ impl Checker {
             }),
             (source, Some(migration)) => {
                 // Another source: a second migration over the first.
-                migration.disturbed |= source.as_ref().is_some_and(|source| *source != migration.source)
-                    || record.phase == "Lost"
-                    || record.deleting;
+                migration.disturbed |= source.as_ref().is_some_and(|source| *source != migration.source);
                 migration.pods.extend(record.pods_pointed_at().map(str::to_owned));
                 migration.pods.extend(record.recorded_pod.clone());
                 if source.is_none() {
@@ -614,19 +622,23 @@ impl Checker {
 
     /// Counts a pod's change of owner to or from a migrating claim, and
     /// notes a pod a migration names going away (`record` `None`) or failing.
-    fn migrating_pod_changed(&mut self, key: &Key, record: Option<&PodRecord>) {
+    fn migrating_pod_changed(&mut self, key: &Key, record: Option<&PodRecord>, now: Duration) {
         let before = self.pods.get(key).and_then(|pod| pod.owner.clone());
         let after = record.and_then(|pod| pod.owner.clone());
         let gone = record.is_none_or(|pod| pod.deleting || pod.failed);
-        for migration in self.migrations.iter_mut().filter(|migration| migration.ended.is_none()) {
-            if migration.claim.0 != key.0 {
+        for migration in self.migrations.iter_mut().filter(|migration| migration.claim.0 == key.0) {
+            // A pod it names going away in the tail disturbs it as before
+            // its end: what follows is the loss's cost, not the migration's.
+            if migration.counts_at(now) {
+                migration.disturbed |= gone && migration.pods.contains(&key.1);
+            }
+            if migration.ended.is_some() {
                 continue;
             }
             let owner = Some(&migration.owner);
             if before != after && (before.as_ref() == owner || after.as_ref() == owner) {
                 migration.writes += 1;
             }
-            migration.disturbed |= gone && migration.pods.contains(&key.1);
         }
     }
 
@@ -1207,9 +1219,14 @@ mod tests {
 
     /// Migrates "tenant" from pod a to pod b over 60 virtual seconds, with
     /// `reconciles` of the claim by each of `replicas` and `fault_on` hit by
-    /// a fault meanwhile; returns how many migrations were judged and the
-    /// I5 violations.
-    async fn migrate_a_to_b(replicas: usize, reconciles: usize, fault_on: Option<&str>) -> (usize, Vec<Violation>) {
+    /// a fault meanwhile, then `in_tail` committed a second after its end;
+    /// returns how many migrations were judged and the I5 violations.
+    async fn migrate_a_to_b(
+        replicas: usize,
+        reconciles: usize,
+        fault_on: Option<&str>,
+        in_tail: &[Event],
+    ) -> (usize, Vec<Violation>) {
         let ledger = Ledger::new(false);
         let mut checker = checker();
         let at = |ledger: &Ledger| ledger.elapsed();
@@ -1232,6 +1249,10 @@ mod tests {
         for event in [pod("a", None), tenant("b", None)] {
             checker.commit(&event, at(&ledger));
         }
+        tokio::time::advance(Duration::from_secs(1)).await;
+        for event in in_tail {
+            checker.commit(event, at(&ledger));
+        }
         tokio::time::advance(MIGRATION_TAIL).await;
         let judged = checker.check_migrations(&ledger, at(&ledger));
         (judged, checker.violations.iter().filter(|violation| violation.invariant == Invariant::I5).cloned().collect())
@@ -1239,25 +1260,38 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_migration_that_reconciles_its_claim_more_than_20_times_breaks_quiet() {
-        let (judged, violations) = migrate_a_to_b(1, 21, None).await;
+        let (judged, violations) = migrate_a_to_b(1, 21, None, &[]).await;
         assert_eq!(judged, 1);
         assert_eq!(violations.len(), 1, "{violations:?}");
         assert!(violations[0].detail.contains("21 reconciles, 3 writes"), "{}", violations[0].detail);
-        let (_, violations) = migrate_a_to_b(1, 20, None).await;
+        let (_, violations) = migrate_a_to_b(1, 20, None, &[]).await;
         assert!(violations.is_empty(), "20 reconciles are within the bound: {violations:?}");
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_split_brain_prices_each_replica_on_its_own() {
-        let (judged, violations) = migrate_a_to_b(2, 15, None).await;
+        let (judged, violations) = migrate_a_to_b(2, 15, None, &[]).await;
         assert_eq!((judged, violations.len()), (1, 0), "15 reconciles by each of two replicas: {violations:?}");
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_migration_a_fault_reached_is_not_priced() {
-        let (judged, violations) = migrate_a_to_b(1, 21, Some("a")).await;
+        let (judged, violations) = migrate_a_to_b(1, 21, Some("a"), &[]).await;
         assert_eq!((judged, violations.len()), (0, 0), "a fault on its source: {violations:?}");
-        let (judged, violations) = migrate_a_to_b(1, 21, Some("c")).await;
+        let (judged, violations) = migrate_a_to_b(1, 21, Some("c"), &[]).await;
         assert_eq!((judged, violations.len()), (1, 1), "a fault on a pod it does not name leaves it priced");
+    }
+
+    /// Rollout seed 140: the control plane deleted a migration's target
+    /// inside its tail, and the loss's writes were priced as the migration's.
+    #[tokio::test(start_paused = true)]
+    async fn a_pod_it_names_going_away_in_the_tail_leaves_a_migration_unpriced() {
+        let mut loss = vec![committed("pods", EventType::Deleted, pod("b", Some("t")).object)];
+        loss.extend((0..8).map(|_| claim_in_phase(EventType::Modified, "t", "Lost")));
+        let (judged, violations) = migrate_a_to_b(1, 5, None, &loss).await;
+        assert_eq!((judged, violations.len()), (0, 0), "its target deleted in the tail: {violations:?}");
+        let commits: Vec<Event> = (0..8).map(|_| tenant("b", None)).collect();
+        let (judged, violations) = migrate_a_to_b(1, 5, None, &commits).await;
+        assert_eq!((judged, violations.len()), (1, 1), "8 more commits of the claim in the tail are priced");
     }
 }

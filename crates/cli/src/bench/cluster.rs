@@ -180,6 +180,11 @@ struct Operator {
     probes: SocketAddr,
 }
 
+/// How a note names the operator's `--workers`.
+fn workers_flag(workers: Option<u16>) -> String {
+    workers.map_or_else(|| "at its default --workers".to_owned(), |workers| format!("--workers {workers}"))
+}
+
 impl Operator {
     async fn start(
         kubeconfig: &Path,

@@ -124,7 +124,8 @@ pub struct Progress<D, L> {
     pub first_list: L,
 }
 
-/// Runs one kind's watch until `shutdown`: applies every event to the
+/// Runs one kind's watch until `shutdown`: cuts each object down with
+/// `trim`, applies every event to the
 /// controller runtime's store `writer` and to `cache`, then tells
 /// `on_change`, and its [`Progress`] to `progress`. Events of a relist are
 /// reported once the relist is complete, when the runtime's store has them
@@ -132,6 +133,7 @@ pub struct Progress<D, L> {
 pub async fn inform<K, I>(
     api: Api<K>,
     config: watcher::Config,
+    trim: impl FnMut(&mut K) + Send + 'static,
     mut writer: Writer<K>,
     cache: Arc<Cache<K, I>>,
     on_change: impl Fn(Change<'_, K>) + Send,
@@ -142,7 +144,7 @@ pub async fn inform<K, I>(
     K::DynamicType: Default + Eq + Hash + Clone,
     I: Index<K>,
 {
-    let mut events = watcher(api, config).default_backoff().boxed();
+    let mut events = watcher(api, config).default_backoff().modify(trim).boxed();
     // The runtime's store and this cache share each object: the cache
     // takes the store's copy rather than keeping one of its own.
     let store = writer.as_reader();

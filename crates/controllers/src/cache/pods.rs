@@ -9,11 +9,27 @@ use std::sync::Arc;
 use cnpool_api::labels;
 use cnpool_core::candidates::age_rank;
 use cnpool_core::model::PodView;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, PodSpec};
 
 use crate::cache::informer::{Cache, Index, add, drop_from, label, resolve};
 use crate::key::{Key, key_of};
 use crate::observe::own_view;
+
+/// Cuts a watched pod down to what the operator reads of it: its metadata
+/// but the managed fields, its status, and of its spec the node, the
+/// subdomain and the readiness gates. A CN pod's containers, volumes and
+/// the server's field ownership are most of its size and never read from
+/// the cache; pods are only ever patched, never written back whole, so
+/// nothing the cut drops can be lost.
+pub fn trim(pod: &mut Pod) {
+    pod.metadata.managed_fields = None;
+    pod.spec = pod.spec.take().map(|spec| PodSpec {
+        node_name: spec.node_name,
+        subdomain: spec.subdomain,
+        readiness_gates: spec.readiness_gates,
+        ..PodSpec::default()
+    });
+}
 
 /// Pods of pools.
 #[derive(Default)]
@@ -207,5 +223,54 @@ impl Pods {
     /// Pods whose CN store is `uuid`.
     pub fn with_store(&self, uuid: &str) -> Vec<Key> {
         self.with(|_, index| index.by_store.get(uuid).into_iter().flatten().cloned().collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::takeover::kruise_gate_answers;
+
+    /// A CN pod as the server returns it, store-less (its UUID from its name
+    /// and subdomain), with the bulk a rendered template carries.
+    fn cn_pod() -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {
+                "namespace": "tenants", "name": "pool-a-0", "uid": "u-0", "resourceVersion": "7",
+                "creationTimestamp": "2026-12-01T00:00:00Z",
+                "labels": {labels::POOL_NAME: "pool-a", labels::PHASE: "Idle"},
+                "annotations": {labels::POD_DELETION_COST: "3"},
+                "managedFields": [{"manager": "cnpool", "operation": "Update", "fieldsType": "FieldsV1",
+                                   "fieldsV1": {"f:metadata": {"f:labels": {}}}}],
+            },
+            "spec": {
+                "nodeName": "node-1", "subdomain": "pool-a", "hostname": "pool-a-0",
+                "readinessGates": [{"conditionType": labels::KRUISE_READINESS_GATES[0]}],
+                "containers": [{"name": "main", "image": "matrixorigin/matrixone:2.0",
+                                "args": ["-cfg", "/etc/matrixone/config.toml"],
+                                "volumeMounts": [{"name": "config", "mountPath": "/etc/matrixone"}]}],
+                "volumes": [{"name": "config", "configMap": {"name": "pool-a-config"}}],
+            },
+            "status": {"phase": "Running", "podIP": "10.0.0.7",
+                       "containerStatuses": [{"name": "main", "image": "matrixorigin/matrixone:2.0", "imageID": "",
+                                              "ready": true, "restartCount": 0,
+                                              "state": {"terminated": {"exitCode": 1}}}]},
+        }))
+        .expect("a valid pod")
+    }
+
+    #[test]
+    fn a_trimmed_pod_reads_the_same_and_keeps_none_of_the_template() {
+        let pod = cn_pod();
+        let mut trimmed = pod.clone();
+        trim(&mut trimmed);
+        assert_eq!(own_view(&trimmed).ok(), own_view(&pod).ok(), "the decisions see the same pod");
+        assert!(own_view(&trimmed).is_ok_and(|view| view.failed && view.node.as_deref() == Some("node-1")));
+        let now = jiff::Timestamp::UNIX_EPOCH;
+        assert_eq!(kruise_gate_answers(&trimmed, now).len(), 1, "the kruise gate is still answered");
+        let spec = trimmed.spec.as_ref().expect("a spec");
+        assert!(spec.containers.is_empty() && spec.volumes.is_none() && trimmed.metadata.managed_fields.is_none());
     }
 }

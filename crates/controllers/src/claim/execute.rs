@@ -281,7 +281,7 @@ async fn adopt_legacy<R>(
         Outcome::Applied(written) => {
             snap.put_pod(ctx, &raw, *written);
             let note = format!("adopted pod {} bound by the Go operator", pod.name);
-            ctx.event(&snap.claim.object_ref(&()), false, "AdoptedLegacy", "Adopt", note).await;
+            ctx.event(&snap.claim.object_ref(&()), false, "AdoptedLegacy", "Adopt", note);
             Ok(Next::Again)
         }
         Outcome::Stale | Outcome::NotApplicable => read_live(ctx, snap).await,

@@ -41,7 +41,7 @@ pub(super) async fn mark_outdated<R>(ctx: &Context<R>, snap: &mut Snapshot, view
     snap.claim = written;
     if from != Some(ClaimPhase::Outdated) {
         tracing::info!(claim = %view.name, pod, from = from.map(ClaimPhase::as_str), to = "Outdated", "claim's pod runs an old template");
-        ctx.event(&snap.claim.object_ref(&()), false, "Outdated", "Rollout", message).await;
+        ctx.event(&snap.claim.object_ref(&()), false, "Outdated", "Rollout", message);
     }
     Ok(Next::Again)
 }
@@ -69,7 +69,7 @@ pub(super) async fn start_migration<R>(
     let why = cause.message();
     tracing::info!(claim = %view.name, pod = %pod.name, why, "claim starts migrating");
     let note = format!("pod {} {why}: migrating to another pod", pod.name);
-    ctx.event(&snap.claim.object_ref(&()), false, "MigrationStarted", "Migrate", note).await;
+    ctx.event(&snap.claim.object_ref(&()), false, "MigrationStarted", "Migrate", note);
     Ok(Next::Again)
 }
 
@@ -209,7 +209,7 @@ pub(super) async fn end_migration<R>(
     match ending {
         MigrationEnd::Completed => {
             tracing::info!(claim = %view.name, from = %source, to = %target, "claim migrated");
-            ctx.event(&snap.claim.object_ref(&()), false, "Migrated", "Migrate", message).await;
+            ctx.event(&snap.claim.object_ref(&()), false, "Migrated", "Migrate", message);
         }
         // The loss had its Warning Event.
         MigrationEnd::Abandoned => tracing::info!(claim = %view.name, from = %source, "lost claim ends its migration"),

@@ -13,7 +13,7 @@ use cnpool_core::model::{ClaimView, ObservedStore, PodView, PoolView, Read, Stor
 use cnpool_core::pool::occupancy;
 use cnpool_core::waiting::ClaimWait;
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta};
 use kube::ResourceExt;
 use kube::api::{Api, ListParams};
 
@@ -136,9 +136,11 @@ impl Snapshot {
     }
 
     /// Takes a pod as this reconcile's write over `read` returned it. The
-    /// watch event of that version is no news to the claim.
+    /// watch event of that version is no news to the claim: only its
+    /// versions are remembered, not the pod.
     pub fn put_pod<R>(&mut self, ctx: &Context<R>, read: &Pod, pod: Pod) {
-        ctx.claim_pod_writes.wrote(read.resource_version().as_deref(), pod.clone());
+        let versions = ObjectMeta { uid: pod.uid(), resource_version: pod.resource_version(), ..ObjectMeta::default() };
+        ctx.claim_pod_writes.wrote(read.resource_version().as_deref(), Pod { metadata: versions, ..Pod::default() });
         let pod = Arc::new(pod);
         let name = pod.name_any();
         self.owned.retain(|held| held.name_any() != name);

@@ -121,7 +121,7 @@ pub(super) async fn write_condition<R>(
         tracing::info!(claim = %snap.claim.name_any(), condition = type_, reason, "claim condition changed");
         if warn {
             let action = if type_ == MIGRATION_CONDITION { "Migrate" } else { "Bind" };
-            ctx.event(&snap.claim.object_ref(&()), true, reason, action, message.to_owned()).await;
+            ctx.event(&snap.claim.object_ref(&()), true, reason, action, message.to_owned());
         }
     }
     Ok(())
@@ -262,7 +262,7 @@ pub(super) async fn mark_lost<R>(
         tracing::info!(claim = %view.name, from = from.map(ClaimPhase::as_str), to = "Lost", reason = reason.as_str(), "claim lost its pod");
         ctx.metrics.claim_lost(reason.as_str());
         snap.claim = written;
-        ctx.event(&snap.claim.object_ref(&()), true, reason.as_str(), "Lose", reason.message().to_owned()).await;
+        ctx.event(&snap.claim.object_ref(&()), true, reason.as_str(), "Lose", reason.message().to_owned());
         return Ok(true);
     }
     Ok(false)
@@ -311,7 +311,7 @@ pub(super) async fn mark_bound<R>(
         ctx.metrics.claim_bound_after(waited.as_secs_f64().max(0.0));
     }
     snap.claim = written;
-    ctx.event(&snap.claim.object_ref(&()), false, "Bound", "Bind", message).await;
+    ctx.event(&snap.claim.object_ref(&()), false, "Bound", "Bind", message);
     Ok(true)
 }
 

@@ -130,11 +130,11 @@ pub async fn reconcile<R: StoreRegistry + 'static>(pool: Arc<CNPool>, ctx: Arc<C
     let pool_ref = pool.object_ref(&());
     if !created.is_empty() {
         let note = format!("created pods {} ({pending} pending claims, maxIdle {})", created.join(", "), view.max_idle);
-        ctx.event(&pool_ref, false, "ScaledOut", "Create", note).await;
+        ctx.event(&pool_ref, false, "ScaledOut", "Create", note);
     }
     if !retired.is_empty() {
         let note = format!("retiring pods {} (surplus Idle, or of an old template)", retired.join(", "));
-        ctx.event(&pool_ref, false, "ScaledIn", "Retire", note).await;
+        ctx.event(&pool_ref, false, "ScaledIn", "Retire", note);
     }
     for pod in &plan.delete {
         delete_pod(&ctx, &key, pod).await?;

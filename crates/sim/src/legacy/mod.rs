@@ -293,6 +293,7 @@ where
     let informer = cnpool_controllers::cache::inform(
         api,
         config,
+        |_| {},
         writer,
         changes,
         on_change,

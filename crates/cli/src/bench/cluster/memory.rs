@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use serde_json::json;
 
-use super::{NodeSide, Operator, PoolCount, create_claims, create_pool, log_dir, scrape, wait_for, wait_for_pool};
+use super::{
+    NodeSide, Operator, PoolCount, create_claims, create_pool, log_dir, scrape, wait_for, wait_for_pool, workers_flag,
+};
 use crate::bench::Table;
 
 #[derive(clap::Args)]
@@ -17,9 +19,9 @@ pub struct MemoryArgs {
     /// Pod counts to measure, comma-separated; each run has as many claims.
     #[arg(long, value_delimiter = ',', default_value = "1000,10000")]
     pods: Vec<usize>,
-    /// The operator's `--workers`.
-    #[arg(long, default_value_t = 4)]
-    workers: u16,
+    /// The operator's `--workers` (default: the operator's own default).
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=256))]
+    workers: Option<u16>,
     /// Claims being created at once.
     #[arg(long, default_value_t = 32)]
     creators: usize,
@@ -66,8 +68,8 @@ pub async fn memory(args: &MemoryArgs) -> anyhow::Result<Table> {
     table.note("peak RSS is VmHWM of /proc/PID/status, read once the operator's reconciles have gone quiet");
     table.note(format!(
         "the restarted operator is read after its /readyz (caches listed) and its cnpool_pool_pods metric counting \
-         every pod Bound; operator --workers {}",
-        args.workers
+         every pod Bound; operator {}",
+        workers_flag(args.workers)
     ));
     table.note(format!("logs in {}", logs.join(", ")));
     Ok(table)
@@ -89,7 +91,7 @@ async fn measure(pods: usize, args: &MemoryArgs, logs: &Path) -> anyhow::Result<
     let within = Duration::from_secs(120) + Duration::from_millis(50) * u32::try_from(pods).unwrap_or(u32::MAX);
 
     let started = Instant::now();
-    let mut operator = Operator::start(&kubeconfig, NAMESPACE, &node_side, Some(args.workers), logs).await?;
+    let mut operator = Operator::start(&kubeconfig, NAMESPACE, &node_side, args.workers, logs).await?;
     create_pool(&client, NAMESPACE, pods).await?;
     wait_for_pool(&client, NAMESPACE, Some(&mut operator.process), PoolCount::Idle, pods, within).await?;
     create_claims(&client, NAMESPACE, pods, args.creators.max(1)).await?;
@@ -100,7 +102,7 @@ async fn measure(pods: usize, args: &MemoryArgs, logs: &Path) -> anyhow::Result<
     drop(operator);
 
     let started = Instant::now();
-    let mut operator = Operator::start(&kubeconfig, NAMESPACE, &node_side, Some(args.workers), logs).await?;
+    let mut operator = Operator::start(&kubeconfig, NAMESPACE, &node_side, args.workers, logs).await?;
     let cached = format!("the restarted operator's pool_pods metric counting {pods} Bound");
     let probes = operator.probes;
     wait_for(&cached, within, Some(&mut operator.process), || async move {

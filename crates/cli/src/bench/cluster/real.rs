@@ -11,7 +11,9 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::Api;
 use serde_json::json;
 
-use super::{Metrics, OPERATOR_REQUESTS, PoolCount, RealCluster, burst, create_pool, quantile, wait_for_pool};
+use super::{
+    Metrics, OPERATOR_REQUESTS, PoolCount, RealCluster, burst, create_pool, quantile, wait_for_pool, workers_flag,
+};
 use crate::bench::Table;
 use crate::bench::apiserver::{create_targets, patch_targets};
 
@@ -28,9 +30,9 @@ pub struct RealArgs {
     /// Claims being created at once.
     #[arg(long, default_value_t = 32)]
     creators: usize,
-    /// The operator's `--workers`.
-    #[arg(long, default_value_t = 4)]
-    workers: u16,
+    /// The operator's `--workers` (default: the operator's own default).
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=256))]
+    workers: Option<u16>,
     /// Concurrent writers measuring the raw write ceiling.
     #[arg(long, default_value_t = 16)]
     ceiling_writers: usize,
@@ -47,7 +49,7 @@ const P99_TARGET: f64 = 2.0;
 pub async fn real(args: &RealArgs) -> anyhow::Result<Table> {
     let claims = args.claims.max(1);
     let RealCluster { client, namespace, logs, mut operator, node_side } =
-        RealCluster::start(&args.kubeconfig, "real", Some(args.workers)).await?;
+        RealCluster::start(&args.kubeconfig, "real", args.workers).await?;
 
     let ceiling = write_ceiling(&client, &namespace, args.ceiling_writers.max(1), args.ceiling_writes).await?;
     create_pool(&client, &namespace, claims).await?;
@@ -95,10 +97,10 @@ pub async fn real(args: &RealArgs) -> anyhow::Result<Table> {
     row(&mut table, "created → Bound p99, s", p99, Some((format!("≤ {P99_TARGET}"), p99 <= P99_TARGET)));
     row(&mut table, "server writes/s in the burst (all clients)", server_writes / burst.elapsed.as_secs_f64(), None);
     table.note(format!(
-        "burst: {claims} claims created {} at a time, all Bound {:.2}s after the first create; operator --workers {}",
+        "burst: {claims} claims created {} at a time, all Bound {:.2}s after the first create; operator {}",
         args.creators.max(1),
         burst.elapsed.as_secs_f64(),
-        args.workers
+        workers_flag(args.workers)
     ));
     table.note(format!(
         "ceiling: {} merge patches of ConfigMaps by {} concurrent writers before the pool existed",
