@@ -85,7 +85,7 @@ use kube::api::Api;
 use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::reflector::store::Writer;
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt, watcher};
 
 pub use clock::Clock;
 pub use config::Config;
@@ -365,9 +365,7 @@ where
     let (pod_ctx, claim_ctx, pool_ctx, claim_set_ctx) = (ctx.clone(), ctx.clone(), ctx.clone(), ctx.clone());
     let informers = futures::future::join5(
         cache::inform(
-            pod_api,
-            watch.clone().labels(labels::POOL_NAME),
-            cache::trim_pod,
+            watcher(pod_api, watch.clone().labels(labels::POOL_NAME)).modify(cache::trim_pod),
             pod_writer,
             ctx.pods.clone(),
             move |change| wake::pod_changed(&pod_ctx, change),
@@ -375,9 +373,7 @@ where
             shutdown.clone(),
         ),
         cache::inform(
-            claim_api,
-            watch.clone(),
-            |_| {},
+            watcher(claim_api, watch.clone()),
             claim_writer,
             ctx.claims.clone(),
             move |change| wake::claim_changed(&claim_ctx, change),
@@ -385,9 +381,7 @@ where
             shutdown.clone(),
         ),
         cache::inform(
-            pool_api,
-            watch.clone(),
-            |_| {},
+            watcher(pool_api, watch.clone()),
             pool_writer,
             ctx.pools.clone(),
             move |change| wake::pool_changed(&pool_ctx, change),
@@ -395,9 +389,7 @@ where
             shutdown.clone(),
         ),
         cache::inform(
-            claim_set_api,
-            watch.clone(),
-            |_| {},
+            watcher(claim_set_api, watch.clone()),
             claim_set_writer,
             ctx.claim_sets.clone(),
             move |change| wake::claim_set_changed(&claim_set_ctx, change),

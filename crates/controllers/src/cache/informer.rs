@@ -8,7 +8,6 @@ use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use futures::StreamExt;
 use futures::future::Shared;
 use kube::Resource;
-use kube::api::Api;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::reflector::store::Writer;
 use kube::runtime::{WatchStreamExt, watcher};
@@ -124,16 +123,14 @@ pub struct Progress<D, L> {
     pub first_list: L,
 }
 
-/// Runs one kind's watch until `shutdown`: cuts each object down with
-/// `trim`, applies every event to the
+/// Runs one kind's watch (`events`, a [`watcher`] stream, cut down as the
+/// caller wants with `.modify()`) until `shutdown`: applies every event to the
 /// controller runtime's store `writer` and to `cache`, then tells
 /// `on_change`, and its [`Progress`] to `progress`. Events of a relist are
 /// reported once the relist is complete, when the runtime's store has them
 /// too.
 pub async fn inform<K, I>(
-    api: Api<K>,
-    config: watcher::Config,
-    trim: impl FnMut(&mut K) + Send + 'static,
+    events: impl futures::Stream<Item = watcher::Result<watcher::Event<K>>> + Send + 'static,
     mut writer: Writer<K>,
     cache: Arc<Cache<K, I>>,
     on_change: impl Fn(Change<'_, K>) + Send,
@@ -144,7 +141,7 @@ pub async fn inform<K, I>(
     K::DynamicType: Default + Eq + Hash + Clone,
     I: Index<K>,
 {
-    let mut events = watcher(api, config).default_backoff().modify(trim).boxed();
+    let mut events = events.default_backoff().boxed();
     // The runtime's store and this cache share each object: the cache
     // takes the store's copy rather than keeping one of its own.
     let store = writer.as_reader();

@@ -291,9 +291,7 @@ where
     let store = writer.as_reader();
     let changes: Arc<Cache<K, NoIndex>> = Arc::default();
     let informer = cnpool_controllers::cache::inform(
-        api,
-        config,
-        |_| {},
+        kube::runtime::watcher(api, config),
         writer,
         changes,
         on_change,
