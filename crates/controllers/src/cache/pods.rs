@@ -231,7 +231,6 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::takeover::kruise_gate_answers;
 
     /// A CN pod as the server returns it, store-less (its UUID from its name
     /// and subdomain), with the bulk a rendered template carries.
@@ -268,8 +267,8 @@ mod tests {
         trim(&mut trimmed);
         assert_eq!(own_view(&trimmed).ok(), own_view(&pod).ok(), "the decisions see the same pod");
         assert!(own_view(&trimmed).is_ok_and(|view| view.failed && view.node.as_deref() == Some("node-1")));
-        let now = jiff::Timestamp::UNIX_EPOCH;
-        assert_eq!(kruise_gate_answers(&trimmed, now).len(), 1, "the kruise gate is still answered");
+        let gates = |pod: &Pod| pod.spec.as_ref().and_then(|spec| spec.readiness_gates.clone());
+        assert_eq!(gates(&trimmed), gates(&pod), "the kruise gates the takeover answers are kept");
         let spec = trimmed.spec.as_ref().expect("a spec");
         assert!(spec.containers.is_empty() && spec.volumes.is_none() && trimmed.metadata.managed_fields.is_none());
     }
