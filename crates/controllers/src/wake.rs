@@ -175,13 +175,12 @@ fn wake_waiting_claims<R>(ctx: &Context<R>, pod: &Pod) {
     let Some(pool) = label(pod, labels::POOL_NAME) else { return };
     let no_labels = BTreeMap::new();
     let pod_labels = pod.metadata.labels.as_ref().unwrap_or(&no_labels);
-    let idle = ctx.pods.in_pool_phase(&namespace, pool, "Idle").len();
+    let idle = ctx.pods.count_in_pool_phase(&namespace, pool, "Idle");
     if idle == 0 {
         return;
     }
-    let nominated = ctx.claims.in_pool(&namespace, pool);
-    let unnominated = ctx.claims.in_pool(&namespace, "");
-    let waiting = nominated.iter().chain(&unnominated).filter(|claim| {
+    let candidates = ctx.claims.may_wait_in_pool(&namespace, pool);
+    let waiting = candidates.iter().filter(|claim| {
         let holds = claim
             .uid()
             .is_none_or(|uid| holds_a_pod(claim, &ctx.pods.owned_by(&uid), ctx.claims_took_lately.pod(&uid).is_some()));

@@ -61,7 +61,7 @@ impl<K: Resource, I: Index<K>> Cache<K, I> {
     }
 
     /// Stores `object`; returns what it replaced.
-    fn upsert(&self, object: Arc<K>) -> Option<Arc<K>> {
+    pub(super) fn upsert(&self, object: Arc<K>) -> Option<Arc<K>> {
         let mut guard = self.write();
         let (objects, index) = &mut *guard;
         let old = objects.insert(key_of(object.as_ref()), object.clone());

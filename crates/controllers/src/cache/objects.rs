@@ -25,6 +25,9 @@ pub struct ClaimIndex {
     by_source: BTreeMap<Key, BTreeSet<String>>,
     /// (namespace, spec.poolName, empty for none) → claim names.
     by_pool: BTreeMap<Key, BTreeSet<String>>,
+    /// The same, of the claims that [`may_wait`]: in a burst most claims of
+    /// a pool are bound, and an Idle pod's wake looks only at these.
+    may_wait_by_pool: BTreeMap<Key, BTreeSet<String>>,
     /// UID of the claim set named by the claim's controller owner
     /// reference → claim keys.
     by_claim_set: BTreeMap<String, BTreeSet<Key>>,
@@ -65,23 +68,28 @@ fn source_pod(claim: &CNClaim) -> Option<&str> {
 /// pool counts such claims when it sizes itself, and an Idle pod wakes
 /// them: a claim that could not take the pod must not spend either.
 pub fn waits_for_pod(claim: &CNClaim, pool: &str, pod_labels: &BTreeMap<String, String>, holds: bool) -> bool {
-    if claim.metadata.deletion_timestamp.is_some() || holds {
+    if holds || !may_wait(claim) {
         return false;
     }
     let lost = claim.phase() == Some(ClaimPhase::Lost);
     // A Lost member of a claim set is replaced by the set, not rebound.
     let lost_in_set = lost && claim.labels().get(labels::CLAIM_SET).is_some_and(|set| !set.is_empty());
-    // A claim naming a pod (a pre-bound request, or a pointer the Go
-    // operator left) waits for that pod, not for a new one; a Lost one
-    // clears its pointer and binds from the pool.
-    let names_a_pod = !claim.spec.pod_name.is_empty() && !lost;
     let nominated = claim.spec.pool_name.is_empty() || claim.spec.pool_name == pool;
     // An invalid claim is not bound until it is fixed.
     nominated
         && !lost_in_set
-        && !names_a_pod
         && selector_matches(&claim.spec.selector, pod_labels)
         && validate_claim_spec(&claim.spec).is_ok()
+}
+
+/// What [`waits_for_pod`] can tell from the claim alone: it is not being
+/// deleted, and it names no pod. A claim naming a pod (a pre-bound request,
+/// a pointer the Go operator left, or its own recorded binding) waits for
+/// that pod, not for a new one; a Lost one clears its pointer and binds
+/// from the pool.
+fn may_wait(claim: &CNClaim) -> bool {
+    let names_a_pod = !claim.spec.pod_name.is_empty() && claim.phase() != Some(ClaimPhase::Lost);
+    claim.metadata.deletion_timestamp.is_none() && !names_a_pod
 }
 
 impl Index<CNClaim> for ClaimIndex {
@@ -99,6 +107,9 @@ impl Index<CNClaim> for ClaimIndex {
         if let Some(set) = controlling_set(claim) {
             add(&mut self.by_claim_set, set.uid.clone(), (namespace.clone(), name.clone()));
         }
+        if may_wait(claim) {
+            add(&mut self.may_wait_by_pool, (namespace.clone(), claim.spec.pool_name.clone()), name.clone());
+        }
         add(&mut self.by_pool, (namespace, claim.spec.pool_name.clone()), name);
     }
 
@@ -114,6 +125,7 @@ impl Index<CNClaim> for ClaimIndex {
         if let Some(set) = controlling_set(claim) {
             drop_from(&mut self.by_claim_set, &set.uid, &(namespace.clone(), name.clone()));
         }
+        drop_from(&mut self.may_wait_by_pool, &(namespace.clone(), claim.spec.pool_name.clone()), &name);
         drop_from(&mut self.by_pool, &(namespace, claim.spec.pool_name.clone()), &name);
     }
 }
@@ -175,6 +187,16 @@ impl Claims {
         self.with(|objects, index| {
             let names = index.by_pool.get(&(namespace.to_owned(), pool.to_owned()));
             resolve(objects, namespace, names.into_iter().flatten())
+        })
+    }
+
+    /// Claims nominated to `pool`, then those nominated to none, leaving out
+    /// those that cannot be waiting for a new pod whatever the pods show
+    /// ([`waits_for_pod`] is false for them).
+    pub fn may_wait_in_pool(&self, namespace: &str, pool: &str) -> Vec<Arc<CNClaim>> {
+        self.with(|objects, index| {
+            let names = |pool: &str| index.may_wait_by_pool.get(&(namespace.to_owned(), pool.to_owned()));
+            resolve(objects, namespace, names(pool).into_iter().chain(names("")).flatten())
         })
     }
 }
@@ -271,6 +293,42 @@ mod tests {
         named.spec.pod_name = "pool-7".into();
         assert!(!waits_for_pod(&in_phase(named.clone(), ClaimPhase::Pending), "pool", &pod_labels(), false));
         assert!(waits_for_pod(&in_phase(named, ClaimPhase::Lost), "pool", &pod_labels(), false));
+    }
+
+    #[test]
+    fn a_pools_claims_that_may_wait_are_those_not_yet_bound_or_lost() {
+        let named = |name: &str, pool: &str, pod: &str, phase: ClaimPhase| {
+            let mut claim = in_phase(claim(), phase);
+            claim.metadata.namespace = Some("tenants".into());
+            claim.metadata.name = Some(name.to_owned());
+            claim.spec.pool_name = pool.to_owned();
+            claim.spec.pod_name = pod.to_owned();
+            Arc::new(claim)
+        };
+        let claims = Claims::default();
+        for claim in [
+            named("pending", "pool", "", ClaimPhase::Pending),
+            named("bound", "pool", "pool-1", ClaimPhase::Bound),
+            named("lost", "pool", "pool-2", ClaimPhase::Lost),
+            named("any-pool", "", "", ClaimPhase::Pending),
+            named("elsewhere", "other", "", ClaimPhase::Pending),
+        ] {
+            claims.upsert(claim);
+        }
+        let names = |claims: &Claims| -> Vec<String> {
+            claims.may_wait_in_pool("tenants", "pool").iter().map(|claim| claim.name_any()).collect()
+        };
+        assert_eq!(names(&claims), ["lost", "pending", "any-pool"], "the pool's own first, then the unnominated");
+        claims.upsert(named("pending", "pool", "pool-3", ClaimPhase::Pending));
+        let mut deleting = (*named("any-pool", "", "", ClaimPhase::Pending)).clone();
+        deleting.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::UNIX_EPOCH));
+        claims.upsert(Arc::new(deleting));
+        assert_eq!(names(&claims), ["lost"], "recorded onto a pod, or deleting: no longer waits");
+        for claim in claims.in_pool("tenants", "pool").iter().chain(&claims.in_pool("tenants", "")) {
+            let waits = waits_for_pod(claim, "pool", &pod_labels(), false);
+            assert_eq!(waits, names(&claims).contains(&claim.name_any()), "{} as the pool counts it", claim.name_any());
+        }
     }
 
     #[test]

@@ -157,11 +157,11 @@ impl Index<Pod> for PodIndex {
 pub type Pods = Cache<Pod, PodIndex>;
 
 impl Pods {
-    /// Pods of `pool` in `phase` (as their label reads).
-    pub fn in_pool_phase(&self, namespace: &str, pool: &str, phase: &str) -> Vec<Arc<Pod>> {
-        self.with(|objects, index| {
-            let names = index.by_pool_phase.get(&(namespace.to_owned(), pool.to_owned(), phase.to_owned()));
-            resolve(objects, namespace, names.into_iter().flatten())
+    /// How many pods of `pool` are in `phase` (as their label reads).
+    pub fn count_in_pool_phase(&self, namespace: &str, pool: &str, phase: &str) -> usize {
+        self.with(|_, index| {
+            let key = (namespace.to_owned(), pool.to_owned(), phase.to_owned());
+            index.by_pool_phase.get(&key).map_or(0, BTreeSet::len)
         })
     }
 

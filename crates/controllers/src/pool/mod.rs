@@ -41,7 +41,7 @@ fn pending_claims<R>(ctx: &Context<R>, pool: &CNPool) -> u32 {
     let (namespace, name) = key_of(pool);
     let pool_labels = pool.pod_labels();
     let mut pending = 0u32;
-    for claim in ctx.claims.in_pool(&namespace, &name).iter().chain(&ctx.claims.in_pool(&namespace, "")) {
+    for claim in &ctx.claims.may_wait_in_pool(&namespace, &name) {
         // A migration source is on its way out: a claim that holds only its
         // source waits for a target like any pending claim.
         let source = claim.spec.source_pod.as_ref().map(|source| source.pod_name.as_str());
