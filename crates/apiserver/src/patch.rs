@@ -41,11 +41,11 @@ pub fn parse(_kind: PatchKind, body: &[u8]) -> Result<Value, ApiError> {
     serde_json::from_slice(body).map_err(|error| ApiError::bad_request(format!("error decoding patch: {error}")))
 }
 
-/// Applies `patch` to `current`. JSON patch `test` operations are checked
-/// against `current` as stored at this moment, which makes a patch that
-/// tests a pod's phase and owner a compare-and-set on exactly those fields.
-pub fn apply(kind: PatchKind, current: &Value, patch: &Value) -> Result<Value, ApiError> {
-    let mut document = current.clone();
+/// Applies `patch` to `document`, the object as stored at this moment (a
+/// copy the caller gives up). JSON patch `test` operations are checked
+/// against it, which makes a patch that tests a pod's phase and owner a
+/// compare-and-set on exactly those fields.
+pub fn apply(kind: PatchKind, mut document: Value, patch: &Value) -> Result<Value, ApiError> {
     match kind {
         PatchKind::Merge | PatchKind::Strategic => {
             if !patch.is_object() {
@@ -104,14 +104,14 @@ mod tests {
             {"op": "test", "path": "/metadata/labels/phase", "value": "Idle"},
             {"op": "add", "path": "/metadata/labels/owner", "value": "c1"}
         ]);
-        let patched = apply(PatchKind::Json, &pod(), &patch).unwrap();
+        let patched = apply(PatchKind::Json, pod(), &patch).unwrap();
         assert_eq!(patched["metadata"]["labels"]["owner"], "c1");
     }
 
     #[test]
     fn a_test_of_null_on_a_present_path_fails_with_422() {
         let patch = json!([{"op": "test", "path": "/metadata/labels/phase", "value": null}]);
-        assert_eq!(apply(PatchKind::Json, &pod(), &patch).unwrap_err().code, 422);
+        assert_eq!(apply(PatchKind::Json, pod(), &patch).unwrap_err().code, 422);
     }
 
     #[test]
@@ -120,7 +120,7 @@ mod tests {
             {"op": "test", "path": "/metadata/labels/phase", "value": "Bound"},
             {"op": "add", "path": "/metadata/labels/owner", "value": "c1"}
         ]);
-        assert_eq!(apply(PatchKind::Json, &pod(), &patch).unwrap_err().code, 422);
+        assert_eq!(apply(PatchKind::Json, pod(), &patch).unwrap_err().code, 422);
     }
 
     #[test]

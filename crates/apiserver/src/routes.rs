@@ -304,7 +304,7 @@ impl Call {
                     self.json_body()?
                 } else {
                     let kind = crate::patch::PatchKind::from_content_type(&self.content_type, false)?;
-                    crate::patch::apply(kind, &current, &crate::patch::parse(kind, &self.body)?)?
+                    crate::patch::apply(kind, current, &crate::patch::parse(kind, &self.body)?)?
                 };
                 let Some(replicas) = updated["spec"]["replicas"].as_i64() else {
                     return Err(ApiError::invalid(

@@ -387,12 +387,12 @@ impl Store {
         name: &str,
         part: Part,
         options: WriteOptions,
-        change: impl FnOnce(&Value) -> Result<Value, ApiError>,
+        change: impl FnOnce(Value) -> Result<Value, ApiError>,
     ) -> Result<Value, ApiError> {
         let res = target.resource;
         let mut inner = self.lock();
         let current = inner.get(target, name)?.clone();
-        let mut object = restore(res, change(&present(res, current.clone()))?);
+        let mut object = restore(res, change(present(res, current.clone()))?);
         if !object.is_object() {
             return Err(ApiError::bad_request("the request body must be a JSON object"));
         }
