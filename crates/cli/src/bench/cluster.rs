@@ -8,6 +8,7 @@
 //! - [`serial`] (B6): claims bound one at a time from a warm pool, against
 //!   a real kube-apiserver.
 
+mod ceiling;
 mod memory;
 mod real;
 mod serial;

@@ -51,6 +51,17 @@ pub struct BurstArgs {
 }
 
 #[derive(Clone, clap::Args)]
+pub struct ScalingArgs {
+    /// Burst sizes, comma-separated: each is B1's burst of that many claims
+    /// onto as many warm Idle pods.
+    #[arg(long, value_delimiter = ',', default_values_t = [1_000, 10_000])]
+    claims: Vec<u32>,
+    /// The simulator's seed.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+}
+
+#[derive(Clone, clap::Args)]
 pub struct SteadyArgs {
     /// Bound claims through the quiet hour.
     #[arg(long, default_value_t = 1_000)]
@@ -78,6 +89,96 @@ pub async fn burst(args: &BurstArgs) -> anyhow::Result<Table> {
     on_own_thread(move || burst_case(&args, &on_runtime)).await
 }
 
+/// How a bind's cost grows with the burst: B1's burst at each size, on the
+/// operator's runtime (cnpool) and in the simulator (cnpool and the legacy
+/// model), and the largest size's CPU per bind over the smallest's.
+pub async fn scaling(args: &ScalingArgs) -> anyhow::Result<Table> {
+    let mut sizes = args.claims.clone();
+    sizes.sort_unstable();
+    sizes.dedup();
+    let (Some(&smallest), Some(&largest)) = (sizes.first(), sizes.last()) else {
+        anyhow::bail!("--claims needs at least one burst size, e.g. --claims 1000,10000");
+    };
+    if smallest == 0 {
+        anyhow::bail!("--claims: a burst of 0 claims measures nothing; give sizes of at least 1");
+    }
+    let mut runs = Vec::new();
+    for &claims in &sizes {
+        let on_runtime = super::runtime::burst(claims as usize).await?;
+        let seed = args.seed;
+        let spans = on_own_thread(move || {
+            let scenario = burst_scenario(claims, Duration::from_secs(60));
+            let mut spans = Vec::new();
+            for controllers in CONTROLLERS {
+                let observer = Arc::new(Burst::new(claims as usize));
+                let outcome = run(&scenario, seed, controllers, observer.clone())?;
+                spans.push((observer.span(), violations(&outcome)));
+            }
+            Ok(spans)
+        })
+        .await?;
+        runs.push((claims, on_runtime, spans));
+    }
+    let mut table = Table::new("scaling", "B1 at each burst size: the cost of a bind as the burst grows", &COLUMNS);
+    let two = |value: f64| json!((value * 100.0).round() / 100.0);
+    let runtime_cpu = |run: &RuntimeBurst| run.per_bind(run.cpu.as_secs_f64() * 1_000.0);
+    let sim_ms = |spans: &[(observe::BurstSpan, String)], at: usize| spans[at].0.wall_millis_per_bind();
+    for (claims, on_runtime, spans) in &runs {
+        let sim = [0, 1].map(|at| sim_ms(spans, at).map_or(Value::Null, two));
+        measure(
+            &mut table,
+            &format!("{claims}: runtime CPU ms/bind (whole process)"),
+            [two(runtime_cpu(on_runtime)), Value::Null],
+            None,
+        );
+        measure(
+            &mut table,
+            &format!("{claims}: runtime binds/s (wall)"),
+            [two(on_runtime.binds_per_second()), Value::Null],
+            None,
+        );
+        measure(
+            &mut table,
+            &format!("{claims}: runtime created → Bound p99, s"),
+            [two(on_runtime.latency(0.99)), Value::Null],
+            None,
+        );
+        measure(&mut table, &format!("{claims}: sim ms/bind (one thread, checker on)"), sim, None);
+        table.note(format!(
+            "{claims}: invariants the checker saw broken: cnpool {}; legacy {}; runtime span {:.2} s, {} workers",
+            spans[0].1,
+            spans[1].1,
+            on_runtime.elapsed.as_secs_f64(),
+            on_runtime.workers
+        ));
+    }
+    if let (Some((_, first, first_spans)), Some((_, last, last_spans))) = (runs.first(), runs.last()) {
+        let growth = |from: Option<f64>, to: Option<f64>| match (from, to) {
+            (Some(from), Some(to)) if from > 0.0 => two(to / from),
+            _ => Value::Null,
+        };
+        measure(
+            &mut table,
+            &format!("runtime CPU per bind, {largest} ÷ {smallest}"),
+            [growth(Some(runtime_cpu(first)), Some(runtime_cpu(last))), Value::Null],
+            Some(Target::AtMost(1.3)),
+        );
+        let sim = [0, 1].map(|at| growth(sim_ms(first_spans, at), sim_ms(last_spans, at)));
+        measure(&mut table, &format!("sim ms per bind, {largest} ÷ {smallest}"), sim, None);
+    }
+    table.note(
+        "runtime: the operator's kube-runtime controllers at their defaults against the embedded API server in this \
+         process, with the simulated node side; its CPU is the whole process's (operator, server, node side, the \
+         client creating the claims), read from /proc/self/stat around the burst",
+    );
+    table.note(format!(
+        "sim: seed {}, one thread, virtual time paused, so ms/bind is the CPU of everything the sim runs; the \
+         legacy model is the Go operator's algorithm, which lists the pool's Idle pods and every claim of the namespace for each bind (from its cache)",
+        args.seed
+    ));
+    Ok(table)
+}
+
 /// B3: Bound claims through a virtual hour with nothing changing.
 pub async fn steady(args: &SteadyArgs) -> anyhow::Result<Table> {
     let args = args.clone();
@@ -90,7 +191,9 @@ pub async fn migration(args: &MigrationArgs) -> anyhow::Result<Table> {
     on_own_thread(move || migration_case(&args)).await
 }
 
-async fn on_own_thread(case: impl FnOnce() -> anyhow::Result<Table> + Send + 'static) -> anyhow::Result<Table> {
+async fn on_own_thread<T: Send + 'static>(
+    case: impl FnOnce() -> anyhow::Result<T> + Send + 'static,
+) -> anyhow::Result<T> {
     tokio::task::spawn_blocking(case).await.context("a benchmark case panicked")?
 }
 

@@ -32,6 +32,11 @@ enum Case {
     /// B1: claims created at once onto as many warm Idle pods, cnpool and
     /// the legacy model in the simulator: binds/s, traffic per bind.
     Burst(inprocess::BurstArgs),
+    /// B1 at several burst sizes (default 1,000 and 10,000): CPU per bind
+    /// at each, cnpool on its runtime and in the simulator, the legacy model
+    /// in the simulator. Takes about half an hour, most of it the legacy
+    /// model at 10,000.
+    Scaling(inprocess::ScalingArgs),
     /// B2: a burst of binds against a real kube-apiserver (`--kubeconfig`),
     /// the operator as its own process, against the server's raw write
     /// ceiling measured in the same run.
@@ -81,6 +86,7 @@ async fn run_case(case: &Case) -> anyhow::Result<Vec<Table>> {
     Ok(match case {
         Case::Apiserver(case) => vec![apiserver::run(case).await?],
         Case::Burst(case) => vec![inprocess::burst(case).await?],
+        Case::Scaling(case) => vec![inprocess::scaling(case).await?],
         Case::Real(case) => vec![cluster::real(case).await?],
         Case::Steady(case) => vec![inprocess::steady(case).await?],
         Case::Migration(case) => vec![inprocess::migration(case).await?],

@@ -151,6 +151,11 @@ impl BurstSpan {
         self.virtual_span.map_or(Value::Null, |span| json!(span.as_secs_f64()))
     }
 
+    /// Wall milliseconds per bind, once every claim is Bound.
+    pub fn wall_millis_per_bind(&self) -> Option<f64> {
+        self.wall.filter(|_| self.complete()).map(|wall| wall.as_secs_f64() * 1_000.0 / self.bound as f64)
+    }
+
     pub fn binds_per_second(&self) -> Value {
         match self.wall {
             Some(wall) if self.complete() => json!((self.bound as f64 / wall.as_secs_f64()).round()),
