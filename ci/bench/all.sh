@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Runs `cnpool bench all` (B1 to B5, then the table of every target) with a
-# throwaway kube-apiserver 1.20 + etcd for B2, on ports of its own so that a
+# Runs `cnpool bench all` (B1 to B6, then the table of every target) with a
+# throwaway kube-apiserver 1.20 + etcd for B2 and B6, on ports of its own so that a
 # CI cluster can run beside it. Needs ci/kube/build.sh's cache and a release
 # build; docs/benchmarks.md holds the figures of a run.
 #

@@ -54,8 +54,8 @@ enum Case {
     /// kube-apiserver (`--kubeconfig`), the operator as its own process at
     /// its defaults: how long a tenant waits for a CN (p50, p99).
     Serial(cluster::SerialArgs),
-    /// B1 to B5 one after another with their defaults, then one table of
-    /// every figure that has a target. B2 needs a real kube-apiserver
+    /// B1 to B6 one after another with their defaults, then one table of
+    /// every figure that has a target. B2 and B6 need a real kube-apiserver
     /// (`--kubeconfig`; ci/bench/all.sh starts one and stops it).
     All(AllArgs),
 }
@@ -99,6 +99,7 @@ async fn run_case(case: &Case) -> anyhow::Result<Vec<Table>> {
                 inprocess::steady(&defaults()?).await?,
                 inprocess::migration(&defaults()?).await?,
                 cluster::memory(&defaults()?).await?,
+                cluster::serial(&parsed(&["--kubeconfig".into(), case.real.kubeconfig().into()])?).await?,
             ];
             tables.push(targets(&tables));
             tables
@@ -108,9 +109,15 @@ async fn run_case(case: &Case) -> anyhow::Result<Vec<Table>> {
 
 /// A case's arguments as its command line's defaults give them.
 fn defaults<A: clap::Args + clap::FromArgMatches>() -> anyhow::Result<A> {
+    parsed(&[])
+}
+
+/// A case's arguments from `args`, its defaults for the rest.
+fn parsed<A: clap::Args + clap::FromArgMatches>(args: &[std::ffi::OsString]) -> anyhow::Result<A> {
     let command = A::augment_args(clap::Command::new("case"));
-    let matches = command.try_get_matches_from(["case"]).context("a case's default arguments")?;
-    A::from_arg_matches(&matches).context("a case's default arguments")
+    let line = std::iter::once("case".into()).chain(args.iter().cloned());
+    let matches = command.try_get_matches_from::<_, std::ffi::OsString>(line).context("a case's arguments")?;
+    A::from_arg_matches(&matches).context("a case's arguments")
 }
 
 /// Every figure of `tables` that has a target, case by case.

@@ -42,6 +42,12 @@ pub struct RealArgs {
     ceiling_writes: usize,
 }
 
+impl RealArgs {
+    pub fn kubeconfig(&self) -> &std::path::Path {
+        &self.kubeconfig
+    }
+}
+
 /// Fraction of the ceiling-bound bind rate the operator should reach.
 const RATE_TARGET: f64 = 0.7;
 /// Claim created → Bound, 99th percentile, seconds.
