@@ -72,9 +72,8 @@ impl EventQueue {
         let (sender, mut receiver) = mpsc::channel::<Pending>(QUEUE_CAPACITY);
         tokio::spawn(async move {
             while let Some(event) = receiver.recv().await {
-                let Pending { regarding, warning, reason, action, note, at } = event;
-                if let Err(error) = recorder.publish(&regarding, warning, &reason, &action, note, at).await {
-                    tracing::debug!(%error, reason, "could not publish an Event");
+                if let Err(error) = recorder.publish(&event).await {
+                    tracing::debug!(%error, reason = event.reason, "could not publish an Event");
                 }
             }
         });
@@ -127,21 +126,15 @@ impl Recorder {
         }
     }
 
-    /// Publishes an Event about `regarding` at `now`: a repeat of the same
-    /// note within the series window counts in its Event's series.
-    pub async fn publish(
-        &self,
-        regarding: &ObjectReference,
-        warning: bool,
-        reason: &str,
-        action: &str,
-        note: String,
-        now: Timestamp,
-    ) -> Result<(), kube::Error> {
+    /// Publishes `event`: a repeat of the same note within the series
+    /// window counts in its Event's series.
+    async fn publish(&self, event: &Pending) -> Result<(), kube::Error> {
+        let Pending { regarding, warning, reason, action, note, at: now } = event;
+        let (now, note) = (*now, note.clone());
         let occurrence = Occurrence {
-            warning,
-            reason: reason.to_owned(),
-            action: action.to_owned(),
+            warning: *warning,
+            reason: reason.clone(),
+            action: action.clone(),
             regarding: (
                 regarding.kind.clone(),
                 regarding.namespace.clone(),
