@@ -44,6 +44,29 @@ struct Published {
     last: Timestamp,
 }
 
+/// How often the occurrences whose series window is over are dropped: a
+/// sweep at every Event made a burst of 10,000 Bound Events quadratic.
+const SWEEP_EVERY: SignedDuration = SignedDuration::from_mins(1);
+
+/// The Events published lately, by occurrence, and when those past the
+/// series window were last dropped.
+#[derive(Default)]
+struct Series {
+    by_occurrence: HashMap<Occurrence, Published>,
+    swept: Option<Timestamp>,
+}
+
+impl Series {
+    /// The Event whose series a repeat of `occurrence` at `now` counts in.
+    fn repeated(&mut self, occurrence: &Occurrence, now: Timestamp) -> Option<&Published> {
+        if self.swept.is_none_or(|swept| now.duration_since(swept) >= SWEEP_EVERY) {
+            self.by_occurrence.retain(|_, event| now.duration_since(event.last) < SERIES_WINDOW);
+            self.swept = Some(now);
+        }
+        self.by_occurrence.get(occurrence).filter(|event| now.duration_since(event.last) < SERIES_WINDOW)
+    }
+}
+
 /// How many Events may wait for the publisher; more are dropped (Events
 /// are best effort, as kube-runtime's recorder's are).
 const QUEUE_CAPACITY: usize = 4096;
@@ -109,7 +132,7 @@ pub struct Recorder {
     client: kube::Client,
     controller: String,
     instance: String,
-    published: Mutex<HashMap<Occurrence, Published>>,
+    published: Mutex<Series>,
     /// Makes names unique within one instant (a virtual clock stands still
     /// within a step).
     sequence: AtomicU64,
@@ -145,8 +168,8 @@ impl Recorder {
         };
         let repeat = {
             let mut published = self.published.lock().unwrap_or_else(PoisonError::into_inner);
-            published.retain(|_, event| now.duration_since(event.last) < SERIES_WINDOW);
-            published.get(&occurrence).map(|event| (event.namespace.clone(), event.name.clone(), event.count + 1))
+            let repeated = published.repeated(&occurrence, now);
+            repeated.map(|event| (event.namespace.clone(), event.name.clone(), event.count + 1))
         };
         if let Some((namespace, name, count)) = repeat {
             let series = json!({"series": EventSeries { count, last_observed_time: MicroTime(now) }});
@@ -171,7 +194,7 @@ impl Recorder {
     }
 
     fn remember(&self, occurrence: Occurrence, event: Published) {
-        self.published.lock().unwrap_or_else(PoisonError::into_inner).insert(occurrence, event);
+        self.published.lock().unwrap_or_else(PoisonError::into_inner).by_occurrence.insert(occurrence, event);
     }
 
     fn event(&self, regarding: &ObjectReference, occurrence: &Occurrence, now: Timestamp) -> Event {
@@ -194,5 +217,41 @@ impl Recorder {
             reporting_instance: Some(self.instance.clone()),
             ..Event::default()
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn occurrence(note: &str) -> Occurrence {
+        Occurrence {
+            warning: false,
+            reason: "Bound".into(),
+            action: "Bind".into(),
+            regarding: (Some("CNClaim".into()), Some("tenants".into()), Some("a".into()), Some("uid-a".into())),
+            note: note.into(),
+        }
+    }
+
+    fn published(last: Timestamp) -> Published {
+        Published { namespace: "tenants".into(), name: "a.1".into(), count: 1, last }
+    }
+
+    #[test]
+    fn a_repeat_counts_in_the_series_within_its_window_only_however_lately_the_map_was_swept() {
+        let start = Timestamp::UNIX_EPOCH;
+        let mut series = Series::default();
+        // Swept at start, so the next sweep is a minute away.
+        assert!(series.repeated(&occurrence("bound to pod-0"), start).is_none());
+        series.by_occurrence.insert(occurrence("bound to pod-0"), published(start));
+        let later = |seconds: i64| start + SignedDuration::from_secs(seconds);
+        assert!(series.repeated(&occurrence("bound to pod-0"), later(30)).is_some());
+        assert!(series.repeated(&occurrence("bound to pod-1"), later(30)).is_none(), "another note, another Event");
+        // Swept at 5:59 (kept), then past the window before the next sweep.
+        assert!(series.repeated(&occurrence("bound to pod-0"), later(359)).is_some());
+        assert!(series.repeated(&occurrence("bound to pod-0"), later(361)).is_none());
+        assert!(series.repeated(&occurrence("bound to pod-0"), later(420)).is_none());
+        assert!(series.by_occurrence.is_empty(), "the sweep at 7:00 dropped it");
     }
 }

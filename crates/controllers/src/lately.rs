@@ -2,7 +2,7 @@
 //! the pods it acquired (by pod UID), the pod each claim acquired (by claim
 //! UID), and the rollouts it started (by pool). Kept in memory only.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
@@ -22,32 +22,65 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// Pods this process acquired lately, by pod UID: other claims skip them
-/// while the cache still shows them Idle. Notes older than `horizon` are
-/// forgotten.
-pub struct PodsTakenLately {
-    taken: Mutex<BTreeMap<String, Instant>>,
+/// Notes by key, each forgotten `horizon` after it was made. The oldest
+/// are dropped as new ones come, so a note costs the same beside ten
+/// thousand others as beside none: sweeping the whole map at every note
+/// made a burst of acquires quadratic in its size.
+struct Notes<V> {
+    by_key: BTreeMap<String, (V, Instant)>,
+    /// Keys in the order they were noted, with when; a key noted again is
+    /// in it twice, and only its latest note counts.
+    in_order: VecDeque<(Instant, String)>,
     horizon: Duration,
 }
 
+impl<V> Notes<V> {
+    fn new(horizon: Duration) -> Self {
+        Self { by_key: BTreeMap::new(), in_order: VecDeque::new(), horizon }
+    }
+
+    fn note(&mut self, key: &str, value: V) {
+        let now = Instant::now();
+        while let Some((at, _)) = self.in_order.front()
+            && now.duration_since(*at) >= self.horizon
+        {
+            let Some((at, key)) = self.in_order.pop_front() else { break };
+            if self.by_key.get(&key).is_some_and(|(_, noted)| *noted == at) {
+                self.by_key.remove(&key);
+            }
+        }
+        self.in_order.push_back((now, key.to_owned()));
+        self.by_key.insert(key.to_owned(), (value, now));
+    }
+
+    fn forget(&mut self, key: &str) {
+        self.by_key.remove(key);
+    }
+
+    /// What was noted of `key` less than `within` ago.
+    fn within(&self, key: &str, within: Duration) -> Option<&V> {
+        self.by_key.get(key).filter(|(_, at)| at.elapsed() < within).map(|(value, _)| value)
+    }
+}
+
+/// Pods this process acquired lately, by pod UID: other claims skip them
+/// while the cache still shows them Idle. Notes older than `horizon` are
+/// forgotten.
+pub struct PodsTakenLately(Mutex<Notes<()>>);
+
 impl PodsTakenLately {
     pub fn new(horizon: Duration) -> Self {
-        Self { taken: Mutex::default(), horizon }
+        Self(Mutex::new(Notes::new(horizon)))
     }
 
     /// Notes the pod `pod_uid` as acquired now.
     pub fn note(&self, pod_uid: &str) {
-        self.note_in(&mut lock(&self.taken), pod_uid);
-    }
-
-    fn note_in(&self, taken: &mut BTreeMap<String, Instant>, pod_uid: &str) {
-        taken.retain(|_, at| at.elapsed() < self.horizon);
-        taken.insert(pod_uid.to_owned(), Instant::now());
+        lock(&self.0).note(pod_uid, ());
     }
 
     /// Whether the pod `pod_uid` was acquired within [`ACQUIRED_LATELY`].
     pub fn contains(&self, pod_uid: &str) -> bool {
-        lock(&self.taken).get(pod_uid).is_some_and(|at| at.elapsed() < ACQUIRED_LATELY)
+        lock(&self.0).within(pod_uid, ACQUIRED_LATELY).is_some()
     }
 
     /// Notes the pod `pod_uid` as acquired now, unless it already was
@@ -57,11 +90,11 @@ impl PodsTakenLately {
     /// leaves the note, as a lost race does.
     pub fn reserve(&self, pod_uid: &str) -> bool {
         // One lock for the test and the note: two workers cannot both pass.
-        let mut taken = lock(&self.taken);
-        if taken.get(pod_uid).is_some_and(|at| at.elapsed() < ACQUIRED_LATELY) {
+        let mut taken = lock(&self.0);
+        if taken.within(pod_uid, ACQUIRED_LATELY).is_some() {
             return false;
         }
-        self.note_in(&mut taken, pod_uid);
+        taken.note(pod_uid, ());
         true
     }
 }
@@ -69,32 +102,27 @@ impl PodsTakenLately {
 /// Claims that acquired a pod lately, by claim UID, with the pod's UID and
 /// when: until their caches show that pod, they take no other one. Notes
 /// older than `horizon` are forgotten.
-pub struct ClaimsTookLately {
-    took: Mutex<BTreeMap<String, (String, Instant)>>,
-    horizon: Duration,
-}
+pub struct ClaimsTookLately(Mutex<Notes<String>>);
 
 impl ClaimsTookLately {
     pub fn new(horizon: Duration) -> Self {
-        Self { took: Mutex::default(), horizon }
+        Self(Mutex::new(Notes::new(horizon)))
     }
 
     /// The claim `claim_uid` acquired the pod `pod_uid` (or, with `None`,
     /// let go of what it held).
     pub fn note(&self, claim_uid: &str, pod_uid: Option<&str>) {
-        let mut took = lock(&self.took);
-        took.retain(|_, (_, at)| at.elapsed() < self.horizon);
+        let mut took = lock(&self.0);
         match pod_uid {
-            Some(pod_uid) => took.insert(claim_uid.to_owned(), (pod_uid.to_owned(), Instant::now())),
-            None => took.remove(claim_uid),
-        };
+            Some(pod_uid) => took.note(claim_uid, pod_uid.to_owned()),
+            None => took.forget(claim_uid),
+        }
     }
 
     /// The UID of the pod the claim `claim_uid` acquired within
     /// [`ACQUIRED_LATELY`].
     pub fn pod(&self, claim_uid: &str) -> Option<String> {
-        let took = lock(&self.took);
-        took.get(claim_uid).filter(|(_, at)| at.elapsed() < ACQUIRED_LATELY).map(|(pod_uid, _)| pod_uid.clone())
+        lock(&self.0).within(claim_uid, ACQUIRED_LATELY).cloned()
     }
 }
 
@@ -155,6 +183,24 @@ mod tests {
         assert_eq!(took.pod("claim-b"), None, "let go");
         tokio::time::advance(ACQUIRED_LATELY).await;
         assert_eq!(took.pod("claim-a"), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn notes_past_the_horizon_are_forgotten_and_a_note_made_again_counts_from_then() {
+        let mut notes = Notes::new(HORIZON);
+        notes.note("pod-a", ());
+        notes.note("pod-b", ());
+        tokio::time::advance(HORIZON / 2).await;
+        notes.note("pod-a", ());
+        tokio::time::advance(HORIZON / 2).await;
+        notes.note("pod-c", ());
+        let kept: Vec<&str> = notes.by_key.keys().map(String::as_str).collect();
+        assert_eq!(kept, ["pod-a", "pod-c"], "pod-b is past the horizon, pod-a was noted again");
+        tokio::time::advance(HORIZON / 2).await;
+        notes.note("pod-d", ());
+        let kept: Vec<&str> = notes.by_key.keys().map(String::as_str).collect();
+        assert_eq!(kept, ["pod-c", "pod-d"]);
+        assert_eq!(notes.in_order.len(), 2, "the queue holds nothing forgotten");
     }
 
     #[tokio::test(start_paused = true)]
