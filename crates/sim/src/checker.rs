@@ -453,6 +453,12 @@ pub struct Checker {
     ledger: Arc<Ledger>,
     pods: BTreeMap<Key, PodRecord>,
     claims: BTreeMap<Key, ClaimRecord>,
+    /// How many of `pods` each pool name has: I6 is judged at every pod
+    /// commit, and counting them then would make a run quadratic.
+    pods_per_pool: BTreeMap<String, usize>,
+    /// The names of the claims of `claims` Bound to each pod, by
+    /// (namespace, pod name): I1 is judged at every claim commit.
+    bound_to: BTreeMap<Key, BTreeSet<String>>,
     /// Every claim the run ever had, by UID: an owner must name one (I8).
     claims_ever: BTreeMap<String, Key>,
     pools: BTreeMap<Key, PoolRecord>,
@@ -482,6 +488,8 @@ impl Checker {
             ledger,
             pods: BTreeMap::new(),
             claims: BTreeMap::new(),
+            pods_per_pool: BTreeMap::new(),
+            bound_to: BTreeMap::new(),
             claims_ever: BTreeMap::new(),
             pools: BTreeMap::new(),
             claim_sets: BTreeMap::new(),
@@ -514,7 +522,7 @@ impl Checker {
             "pods" if event.event_type == EventType::Deleted => {
                 self.episodes.forget(&[Subject::Pod, Subject::PodStore], &key.1);
                 self.migrating_pod_changed(&key, None, now);
-                if let Some(pod) = self.pods.remove(&key)
+                if let Some(pod) = self.remove_pod(&key)
                     && let Some(uuid) = pod.store_uuid
                 {
                     self.removed_stores.insert(uuid, (key, now));
@@ -524,7 +532,7 @@ impl Checker {
                 let record = pod_record(&event.object, self.bounds.owner_label);
                 self.migrating_pod_changed(&key, Some(&record), now);
                 let pool = record.pool.clone();
-                self.pods.insert(key.clone(), record);
+                self.insert_pod(key.clone(), record);
                 self.check_owners(&key, now);
                 self.owner_labels_written(event, &key.1, now);
                 let cap = if pool == self.bounds.pool {
@@ -532,7 +540,7 @@ impl Checker {
                 } else {
                     self.pools.get(&(key.0.clone(), pool.clone())).and_then(|pool| pool.max_pods)
                 };
-                let pods = self.pods.values().filter(|pod| pod.pool == pool).count();
+                let pods = self.pods_per_pool.get(&pool).copied().unwrap_or_default();
                 if let Some(cap) = cap.filter(|cap| pods > *cap as usize) {
                     self.violate(Invariant::I6, now, format!("{pods} pods of pool {pool} exist, maxPods is {cap}"));
                 }
@@ -557,7 +565,7 @@ impl Checker {
                         migration.ended.get_or_insert(now);
                     }
                 }
-                self.claims.remove(&key);
+                self.remove_claim(&key);
             }
             "cnclaims" => {
                 let record = claim_record(&event.object);
@@ -571,10 +579,63 @@ impl Checker {
                 }
                 self.follow_migration(&key, &record, now);
                 self.claims_ever.insert(record.uid.clone(), key.clone());
-                self.claims.insert(key.clone(), record);
+                self.insert_claim(key.clone(), record);
                 self.check_bound_once(&key, now);
             }
             _ => {}
+        }
+    }
+
+    fn insert_pod(&mut self, key: Key, record: PodRecord) {
+        *self.pods_per_pool.entry(record.pool.clone()).or_default() += 1;
+        if let Some(old) = self.pods.insert(key, record) {
+            self.uncount_pod(&old);
+        }
+    }
+
+    fn remove_pod(&mut self, key: &Key) -> Option<PodRecord> {
+        let old = self.pods.remove(key)?;
+        self.uncount_pod(&old);
+        Some(old)
+    }
+
+    fn uncount_pod(&mut self, pod: &PodRecord) {
+        if let Some(count) = self.pods_per_pool.get_mut(&pod.pool) {
+            *count -= 1;
+            if *count == 0 {
+                self.pods_per_pool.remove(&pod.pool);
+            }
+        }
+    }
+
+    fn insert_claim(&mut self, key: Key, record: ClaimRecord) {
+        if let Some(pod) = record.bound_pod() {
+            self.bound_to.entry((key.0.clone(), pod.to_owned())).or_default().insert(key.1.clone());
+        }
+        if let Some(old) = self.claims.insert(key.clone(), record) {
+            self.unbind_claim(&key, &old);
+        }
+    }
+
+    fn remove_claim(&mut self, key: &Key) {
+        if let Some(old) = self.claims.remove(key) {
+            self.unbind_claim(key, &old);
+        }
+    }
+
+    /// Drops `key`'s old record `old` from `bound_to`, unless its new
+    /// record is Bound to the same pod.
+    fn unbind_claim(&mut self, key: &Key, old: &ClaimRecord) {
+        let Some(pod) = old.bound_pod() else { return };
+        if self.claims.get(key).and_then(ClaimRecord::bound_pod) == Some(pod) {
+            return;
+        }
+        let at = (key.0.clone(), pod.to_owned());
+        if let Some(names) = self.bound_to.get_mut(&at) {
+            names.remove(&key.1);
+            if names.is_empty() {
+                self.bound_to.remove(&at);
+            }
         }
     }
 
@@ -783,16 +844,16 @@ impl Checker {
         let uid = self.claims.get(key).and_then(|claim| claim.recorded_pod_uid.clone());
         // One pod: the same name, and the same UID where both claims
         // recorded one (a pod of a reused name is another pod).
-        let others: Vec<String> = self
-            .claims
-            .iter()
-            .filter(|(other, claim)| {
-                *other != key
-                    && other.0 == key.0
-                    && claim.bound_pod() == Some(pod.as_str())
-                    && (uid.is_none() || claim.recorded_pod_uid.is_none() || claim.recorded_pod_uid == uid)
+        let bound = self.bound_to.get(&(key.0.clone(), pod.clone())).into_iter().flatten();
+        let others: Vec<String> = bound
+            .filter(|other| **other != key.1)
+            .filter(|other| {
+                let claim = self.claims.get(&(key.0.clone(), (*other).clone()));
+                claim.is_some_and(|claim| {
+                    uid.is_none() || claim.recorded_pod_uid.is_none() || claim.recorded_pod_uid == uid
+                })
             })
-            .map(|(other, _)| other.1.clone())
+            .cloned()
             .collect();
         if !others.is_empty() {
             let detail = format!("claims {} and {} are both Bound to pod {pod}", key.1, others.join(", "));
@@ -1012,6 +1073,39 @@ mod tests {
     fn i8(checker: &Checker) -> Vec<&str> {
         let found = checker.violations.iter().filter(|violation| violation.invariant == Invariant::I8);
         found.map(|violation| violation.detail.as_str()).collect()
+    }
+
+    /// A claim Bound to `pod` (by its status), as committed.
+    fn bound_claim(event_type: EventType, name: &str, pod: &str) -> Event {
+        let object = json!({
+            "metadata": {"namespace": "default", "name": name, "uid": format!("uid-{name}")},
+            "spec": {"poolName": "pool", "selector": {}},
+            "status": {"phase": "Bound", "store": {"podName": pod}},
+        });
+        committed("cnclaims", event_type, object)
+    }
+
+    fn i1(checker: &Checker) -> Vec<&str> {
+        let found = checker.violations.iter().filter(|violation| violation.invariant == Invariant::I1);
+        found.map(|violation| violation.detail.as_str()).collect()
+    }
+
+    #[test]
+    fn two_claims_bound_to_one_pod_break_i1_only_while_both_say_so() {
+        let mut checker = checker();
+        let at = Duration::from_secs(1);
+        checker.commit(&bound_claim(EventType::Added, "a", "pod-0"), at);
+        // a moves on to pod-1: pod-0 is free for b.
+        checker.commit(&bound_claim(EventType::Modified, "a", "pod-1"), at);
+        checker.commit(&bound_claim(EventType::Added, "b", "pod-0"), at);
+        assert!(i1(&checker).is_empty(), "{:?}", i1(&checker));
+        // c on a's pod-1 while a still says it holds it.
+        checker.commit(&bound_claim(EventType::Added, "c", "pod-1"), at);
+        assert_eq!(i1(&checker), ["claims c and a are both Bound to pod pod-1"]);
+        // Once a is gone, d may be Bound to pod-1 beside c only: one more, naming c.
+        checker.commit(&bound_claim(EventType::Deleted, "a", "pod-1"), at);
+        checker.commit(&bound_claim(EventType::Added, "d", "pod-1"), at);
+        assert_eq!(i1(&checker)[1..], ["claims d and c are both Bound to pod pod-1"]);
     }
 
     #[test]
