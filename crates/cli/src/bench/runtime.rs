@@ -63,6 +63,16 @@ pub async fn burst(claims: usize) -> anyhow::Result<RuntimeBurst> {
     };
     let measured = measure(claims, stopped).await;
     let _ = stop.send(true);
+    // The simulator's runs that follow can take many minutes at 10,000:
+    // this much is known already (on stderr, beside the table on stdout).
+    if let Ok(run) = &measured {
+        eprintln!(
+            "runtime burst of {claims}: {:.0} binds/s, {:.2} ms CPU/bind, p99 {:.2} s",
+            run.binds_per_second(),
+            run.per_bind(run.cpu.as_secs_f64() * 1_000.0),
+            run.latency(0.99),
+        );
+    }
     measured
 }
 
