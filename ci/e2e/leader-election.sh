@@ -102,7 +102,9 @@ check "the first claim stayed Bound" bound first
 
 # A loss, so that every metric the new leader has is exercised. The pool
 # names its pods by ordinal, so the replacement may have the deleted pod's
-# name: the pod's UID tells them apart.
+# name: the pod's UID tells them apart, and the loss's reason is PodReplaced
+# when the claim controller reads the name only after the replacement exists
+# (PodDeleted or PodDeleting when it reads it before).
 first_pod=$(kubectl -n "$ns" get cnclaim first -o jsonpath='{.spec.podName}')
 first_pod_uid=$(kubectl -n "$ns" get cnclaim first -o jsonpath='{.status.store.podUID}')
 kubectl -n "$ns" delete pod "$first_pod" --wait=false >/dev/null
@@ -120,7 +122,7 @@ nonzero() {  # REGEX: some sample matching REGEX has a value above 0
 check "metrics: reconciles per controller" nonzero '^cnpool_reconciles_total\{controller="CNClaim"\}'
 check "metrics: API writes" nonzero '^cnpool_api_requests_total\{verb="patch",resource="pods"'
 check "metrics: claim bind latency" nonzero '^cnpool_claim_bind_seconds_count'
-check "metrics: lost claims by reason" nonzero '^cnpool_claims_lost_total\{reason="PodDelet(ed|ing)"\}'
+check "metrics: lost claims by reason" nonzero '^cnpool_claims_lost_total\{reason="Pod(Deleted|Deleting|Replaced)"\}'
 check "metrics: the one loss is counted once" expect_eq 1 \
   "$(awk '/^cnpool_claims_lost_total\{/ { n += $NF } END { print n + 0 }' "$work/metrics.txt")"
 check "metrics: pool pods by phase" nonzero '^cnpool_pool_pods\{namespace="'"$ns"'",pool="mo",phase="Bound"\}'
