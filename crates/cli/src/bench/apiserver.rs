@@ -13,10 +13,10 @@ use super::Table;
 #[derive(clap::Args)]
 pub struct ApiserverArgs {
     /// Writes per measurement.
-    #[arg(long, default_value_t = 20_000)]
+    #[arg(long, default_value_t = 20_000, value_parser = crate::bench::at_least_one::<usize>)]
     writes: usize,
     /// Concurrent writers.
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, default_value_t = 8, value_parser = crate::bench::at_least_one::<usize>)]
     writers: usize,
     /// Watcher counts to measure, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "0,10,100")]
@@ -30,7 +30,7 @@ pub async fn run(args: &ApiserverArgs) -> anyhow::Result<Table> {
         &["watchers", "writes", "writes/s", "µs/write", "events delivered", "events/s"],
     );
     for &watcher_count in &args.watchers {
-        let row = apiserver_case(args.writes, args.writers.max(1), watcher_count).await?;
+        let row = apiserver_case(args.writes, args.writers, watcher_count).await?;
         table.row(vec![
             json!(watcher_count),
             json!(args.writes),
@@ -40,7 +40,7 @@ pub async fn run(args: &ApiserverArgs) -> anyhow::Result<Table> {
             json!(row.events_per_second.round()),
         ]);
     }
-    table.note(format!("{} concurrent writers", args.writers.max(1)));
+    table.note(format!("{} concurrent writers", args.writers));
     Ok(table)
 }
 

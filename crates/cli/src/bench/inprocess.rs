@@ -43,7 +43,7 @@ const MIGRATE_AT: Duration = Duration::from_secs(120);
 #[derive(Clone, clap::Args)]
 pub struct BurstArgs {
     /// Claims created at once, onto as many warm Idle pods.
-    #[arg(long, default_value_t = 1_000)]
+    #[arg(long, default_value_t = 1_000, value_parser = crate::bench::at_least_one::<u32>)]
     claims: u32,
     /// The simulator's seed.
     #[arg(long, default_value_t = 1)]
@@ -54,7 +54,7 @@ pub struct BurstArgs {
 pub struct ScalingArgs {
     /// Burst sizes, comma-separated: each is B1's burst of that many claims
     /// onto as many warm Idle pods.
-    #[arg(long, value_delimiter = ',', default_values_t = [1_000, 10_000])]
+    #[arg(long, value_delimiter = ',', default_values_t = [1_000, 10_000], value_parser = crate::bench::at_least_one::<u32>)]
     claims: Vec<u32>,
     /// The simulator's seed.
     #[arg(long, default_value_t = 1)]
@@ -64,7 +64,7 @@ pub struct ScalingArgs {
 #[derive(Clone, clap::Args)]
 pub struct SteadyArgs {
     /// Bound claims through the quiet hour.
-    #[arg(long, default_value_t = 1_000)]
+    #[arg(long, default_value_t = 1_000, value_parser = crate::bench::at_least_one::<u32>)]
     claims: u32,
     /// The simulator's seed.
     #[arg(long, default_value_t = 1)]
@@ -84,7 +84,7 @@ pub struct MigrationArgs {
 /// B1: claims created at once onto as many warm Idle pods, on the
 /// operator's runtime and in the simulator.
 pub async fn burst(args: &BurstArgs) -> anyhow::Result<Table> {
-    let on_runtime = super::runtime::burst(args.claims.max(1) as usize).await?;
+    let on_runtime = super::runtime::burst(args.claims as usize).await?;
     let args = args.clone();
     on_own_thread(move || burst_case(&args, &on_runtime)).await
 }
@@ -99,9 +99,6 @@ pub async fn scaling(args: &ScalingArgs) -> anyhow::Result<Table> {
     let (Some(&smallest), Some(&largest)) = (sizes.first(), sizes.last()) else {
         anyhow::bail!("--claims needs at least one burst size, e.g. --claims 1000,10000");
     };
-    if smallest == 0 {
-        anyhow::bail!("--claims: a burst of 0 claims measures nothing; give sizes of at least 1");
-    }
     let mut runs = Vec::new();
     for &claims in &sizes {
         let on_runtime = super::runtime::burst(claims as usize).await?;
@@ -300,7 +297,7 @@ fn violation_note(table: &mut Table, outcomes: &[Outcome]) {
 }
 
 fn burst_case(args: &BurstArgs, on_runtime: &RuntimeBurst) -> anyhow::Result<Table> {
-    let claims = args.claims.max(1);
+    let claims = args.claims;
     let scenario = burst_scenario(claims, Duration::from_secs(60));
     let mut outcomes = Vec::new();
     let mut bursts = Vec::new();
@@ -391,7 +388,7 @@ fn burst_case(args: &BurstArgs, on_runtime: &RuntimeBurst) -> anyhow::Result<Tab
 }
 
 fn steady_case(args: &SteadyArgs) -> anyhow::Result<Table> {
-    let claims = args.claims.max(1);
+    let claims = args.claims;
     let mut scenario = burst_scenario(claims, HOUR);
     scenario.duration = WARM_UP + CONVERGE;
     let hour = scenario.duration..scenario.duration + HOUR;

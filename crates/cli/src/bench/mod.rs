@@ -107,6 +107,21 @@ async fn run_case(case: &Case) -> anyhow::Result<Vec<Table>> {
     })
 }
 
+/// A count flag's value (claims, pods, writers, writes): a case given 0
+/// would measure nothing, so 0 is refused with the flag's name rather than
+/// quietly run as 1.
+fn at_least_one<T>(text: &str) -> Result<T, String>
+where
+    T: std::str::FromStr + From<u8> + PartialOrd,
+    T::Err: std::fmt::Display,
+{
+    let count: T = text.parse().map_err(|error| format!("{error}"))?;
+    if count < T::from(1) {
+        return Err("0 would measure nothing; give 1 or more".to_owned());
+    }
+    Ok(count)
+}
+
 /// A case's arguments as its command line's defaults give them.
 fn defaults<A: clap::Args + clap::FromArgMatches>() -> anyhow::Result<A> {
     parsed(&[])
@@ -168,6 +183,17 @@ mod tests {
         claims: u32,
         #[arg(long, value_delimiter = ',', default_value = "1000,10000")]
         pods: Vec<usize>,
+    }
+
+    #[test]
+    fn a_count_of_zero_is_refused_with_the_flag_named() {
+        for line in [&["--claims", "0"][..], &["--claims", "1000,0"]] {
+            let args: Vec<std::ffi::OsString> = line.iter().map(Into::into).collect();
+            let refused = parsed::<inprocess::ScalingArgs>(&args).err().map(|error| format!("{error:#}"));
+            let message = refused.unwrap_or_default();
+            assert!(message.contains("--claims") && message.contains("give 1 or more"), "{line:?}: {message}");
+        }
+        assert!(parsed::<inprocess::BurstArgs>(&["--claims".into(), "1".into()]).is_ok(), "1 is a count");
     }
 
     #[test]

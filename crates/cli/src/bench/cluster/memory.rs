@@ -17,13 +17,13 @@ use crate::bench::Table;
 #[derive(clap::Args)]
 pub struct MemoryArgs {
     /// Pod counts to measure, comma-separated; each run has as many claims.
-    #[arg(long, value_delimiter = ',', default_value = "1000,10000")]
+    #[arg(long, value_delimiter = ',', default_value = "1000,10000", value_parser = crate::bench::at_least_one::<usize>)]
     pods: Vec<usize>,
     /// The operator's `--workers` (default: the operator's own default).
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..=256))]
     workers: Option<u16>,
     /// Claims being created at once.
-    #[arg(long, default_value_t = 32)]
+    #[arg(long, default_value_t = 32, value_parser = crate::bench::at_least_one::<usize>)]
     creators: usize,
 }
 
@@ -42,7 +42,7 @@ pub async fn memory(args: &MemoryArgs) -> anyhow::Result<Table> {
     let mut logs = Vec::new();
     for &pods in &args.pods {
         let dir = log_dir(&format!("memory-{pods}"))?;
-        let run = measure(pods.max(1), args, &dir).await?;
+        let run = measure(pods, args, &dir).await?;
         let target = TARGETS.iter().find(|(count, _)| *count == pods).map(|(_, mib)| *mib);
         for (operator, peak, seconds) in [
             ("filled the pool, bound every claim", run.filled, run.fill_seconds),
@@ -94,7 +94,7 @@ async fn measure(pods: usize, args: &MemoryArgs, logs: &Path) -> anyhow::Result<
     let mut operator = Operator::start(&kubeconfig, NAMESPACE, &node_side, args.workers, logs).await?;
     create_pool(&client, NAMESPACE, pods).await?;
     wait_for_pool(&client, NAMESPACE, Some(&mut operator.process), PoolCount::Idle, pods, within).await?;
-    create_claims(&client, NAMESPACE, pods, args.creators.max(1)).await?;
+    create_claims(&client, NAMESPACE, pods, args.creators).await?;
     wait_for_pool(&client, NAMESPACE, Some(&mut operator.process), PoolCount::Bound, pods, within).await?;
     settle(&mut operator, pods).await?;
     let filled = operator.process.peak_rss_mib()?;

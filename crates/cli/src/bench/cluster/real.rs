@@ -26,19 +26,19 @@ pub struct RealArgs {
     #[arg(long, value_name = "PATH")]
     kubeconfig: PathBuf,
     /// Claims in the burst; as many warm pods wait for them.
-    #[arg(long, default_value_t = 500)]
+    #[arg(long, default_value_t = 500, value_parser = crate::bench::at_least_one::<usize>)]
     claims: usize,
     /// Claims being created at once.
-    #[arg(long, default_value_t = 32)]
+    #[arg(long, default_value_t = 32, value_parser = crate::bench::at_least_one::<usize>)]
     creators: usize,
     /// The operator's `--workers` (default: the operator's own default).
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..=256))]
     workers: Option<u16>,
     /// Concurrent writers measuring the raw write ceiling.
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = 16, value_parser = crate::bench::at_least_one::<usize>)]
     ceiling_writers: usize,
     /// Merge patches measuring the raw write ceiling.
-    #[arg(long, default_value_t = 8_000)]
+    #[arg(long, default_value_t = 8_000, value_parser = crate::bench::at_least_one::<usize>)]
     ceiling_writes: usize,
 }
 
@@ -54,17 +54,17 @@ const RATE_TARGET: f64 = 0.7;
 const P99_TARGET: f64 = 2.0;
 
 pub async fn real(args: &RealArgs) -> anyhow::Result<Table> {
-    let claims = args.claims.max(1);
+    let claims = args.claims;
     let RealCluster { client, namespace, logs, mut operator, node_side } =
         RealCluster::start(&args.kubeconfig, "real", args.workers).await?;
 
-    let ceiling = write_ceiling(&client, &namespace, args.ceiling_writers.max(1), args.ceiling_writes).await?;
+    let ceiling = write_ceiling(&client, &namespace, args.ceiling_writers, args.ceiling_writes).await?;
     create_pool(&client, &namespace, claims).await?;
     wait_for_pool(&client, &namespace, Some(&mut operator.process), PoolCount::Idle, claims, Duration::from_secs(600))
         .await?;
 
     let (operator_before, server_before) = (operator.metrics().await?, server_metrics(&client).await?);
-    let burst = burst(&client, &namespace, claims, args.creators.max(1)).await?;
+    let burst = burst(&client, &namespace, claims, args.creators).await?;
     // The last binds' trailing writes (the pool's status) belong to the burst.
     wait_for_pool(&client, &namespace, Some(&mut operator.process), PoolCount::Bound, claims, Duration::from_secs(60))
         .await?;
@@ -72,7 +72,7 @@ pub async fn real(args: &RealArgs) -> anyhow::Result<Table> {
     let (operator_after, server_after) = (operator.metrics().await?, server_metrics(&client).await?);
     drop(operator);
     // With the operator stopped, the same requests from a plain client.
-    let mix = bind_mix_ceiling(&client, &namespace, args.creators.max(1)).await?;
+    let mix = bind_mix_ceiling(&client, &namespace, args.creators).await?;
     drop(node_side);
 
     let operator_writes = operator_after.writes(OPERATOR_REQUESTS) - operator_before.writes(OPERATOR_REQUESTS);
@@ -109,14 +109,13 @@ pub async fn real(args: &RealArgs) -> anyhow::Result<Table> {
     row(&mut table, "server writes/s in the burst (all clients)", server_writes / burst.elapsed.as_secs_f64(), None);
     table.note(format!(
         "burst: {claims} claims created {} at a time, all Bound {:.2}s after the first create; operator {}",
-        args.creators.max(1),
+        args.creators,
         burst.elapsed.as_secs_f64(),
         workers_flag(args.workers)
     ));
     table.note(format!(
         "ceiling: {} merge patches of ConfigMaps by {} concurrent writers before the pool existed",
-        args.ceiling_writes,
-        args.ceiling_writers.max(1)
+        args.ceiling_writes, args.ceiling_writers
     ));
     table.note(format!("operator writes in the burst: {}", write_breakdown(&operator_before, &operator_after)));
     table.note(format!(
@@ -124,8 +123,7 @@ pub async fn real(args: &RealArgs) -> anyhow::Result<Table> {
          its GET, a guarded JSON patch of a pod's labels, the claim's update (recorded pod, spec.podName, \
          finalizer), its status update (a Bound status) and an Event; the operator's watches are gone meanwhile, \
          so the server does a little less per bind than in the burst",
-        mix.sequences,
-        args.creators.max(1)
+        mix.sequences, args.creators
     ));
     table.note(format!(
         "namespace {namespace} is left behind (its pods and claims hold finalizers); logs in {}",

@@ -24,10 +24,10 @@ pub struct SerialArgs {
     #[arg(long, value_name = "PATH")]
     kubeconfig: PathBuf,
     /// Claims, created one after another.
-    #[arg(long, default_value_t = 100)]
+    #[arg(long, default_value_t = 100, value_parser = crate::bench::at_least_one::<usize>)]
     claims: usize,
     /// The pool's `maxIdle`: the warm pods each claim finds.
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = 5, value_parser = crate::bench::at_least_one::<usize>)]
     max_idle: usize,
 }
 
@@ -36,8 +36,7 @@ const P50_TARGET: f64 = 0.030;
 const P99_TARGET: f64 = 0.150;
 
 pub async fn serial(args: &SerialArgs) -> anyhow::Result<Table> {
-    let claims = args.claims.max(1);
-    let max_idle = args.max_idle.max(1);
+    let (claims, max_idle) = (args.claims, args.max_idle);
     let RealCluster { client, namespace, logs, mut operator, node_side } =
         RealCluster::start(&args.kubeconfig, "serial", None).await?;
     create_pool_of(&client, &namespace, max_idle, None).await?;
