@@ -152,8 +152,20 @@ pub async fn watch(
         let event = match event {
             None => return,
             Some(Err(error)) => {
-                if log_sets.unreadable(unreadable_because(&error)) {
-                    tracing::warn!(%error, "cannot read LogSets: pools whose spec.deps names a LogSet are held");
+                let why = Unreadable::of(&error);
+                if log_sets.unreadable(why.to_string()) {
+                    match why {
+                        // A cluster without matrixone-operator's LogSets is
+                        // usual when pools name their HAKeeper otherwise: a
+                        // pool that names a LogSet says so in its conditions.
+                        Unreadable::CrdMissing => tracing::info!(
+                            "the LogSet CRD is not installed: pools whose spec.deps names a LogSet are held"
+                        ),
+                        Unreadable::Forbidden | Unreadable::Failed(_) => tracing::warn!(
+                            %error,
+                            "cannot read LogSets: pools whose spec.deps names a LogSet are held"
+                        ),
+                    }
                     changed();
                 }
                 // Not kube's backoff: its jitter would make the simulator's
@@ -195,19 +207,37 @@ pub async fn watch(
     }
 }
 
-/// What a user reads of a failed LogSet watch.
-fn unreadable_because(error: &watcher::Error) -> String {
-    let status = match error {
-        watcher::Error::InitialListFailed(kube::Error::Api(status))
-        | watcher::Error::WatchStartFailed(kube::Error::Api(status))
-        | watcher::Error::WatchFailed(kube::Error::Api(status)) => Some(status.code),
-        watcher::Error::WatchError(status) => Some(status.code),
-        _ => None,
-    };
-    match status {
-        Some(404) => "the LogSet CRD is not installed".to_owned(),
-        Some(403) => "the operator is forbidden to list them".to_owned(),
-        _ => error.to_string(),
+/// Why a LogSet watch failed, as a user reads it.
+enum Unreadable {
+    CrdMissing,
+    Forbidden,
+    Failed(String),
+}
+
+impl Unreadable {
+    fn of(error: &watcher::Error) -> Self {
+        let status = match error {
+            watcher::Error::InitialListFailed(kube::Error::Api(status))
+            | watcher::Error::WatchStartFailed(kube::Error::Api(status))
+            | watcher::Error::WatchFailed(kube::Error::Api(status)) => Some(status.code),
+            watcher::Error::WatchError(status) => Some(status.code),
+            _ => None,
+        };
+        match status {
+            Some(404) => Self::CrdMissing,
+            Some(403) => Self::Forbidden,
+            _ => Self::Failed(error.to_string()),
+        }
+    }
+}
+
+impl std::fmt::Display for Unreadable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::CrdMissing => f.write_str("the LogSet CRD is not installed"),
+            Self::Forbidden => f.write_str("the operator is forbidden to list them"),
+            Self::Failed(error) => f.write_str(error),
+        }
     }
 }
 
