@@ -65,6 +65,11 @@ impl Series {
         }
         self.by_occurrence.get(occurrence).filter(|event| now.duration_since(event.last) < SERIES_WINDOW)
     }
+
+    /// `event` is the latest of `occurrence`'s series.
+    fn remember(&mut self, occurrence: Occurrence, event: Published) {
+        self.by_occurrence.insert(occurrence, event);
+    }
 }
 
 /// How many Events may wait for the publisher; more are dropped (Events
@@ -194,7 +199,7 @@ impl Recorder {
     }
 
     fn remember(&self, occurrence: Occurrence, event: Published) {
-        self.published.lock().unwrap_or_else(PoisonError::into_inner).by_occurrence.insert(occurrence, event);
+        self.published.lock().unwrap_or_else(PoisonError::into_inner).remember(occurrence, event);
     }
 
     fn event(&self, regarding: &ObjectReference, occurrence: &Occurrence, now: Timestamp) -> Event {
@@ -244,7 +249,7 @@ mod tests {
         let mut series = Series::default();
         // Swept at start, so the next sweep is a minute away.
         assert!(series.repeated(&occurrence("bound to pod-0"), start).is_none());
-        series.by_occurrence.insert(occurrence("bound to pod-0"), published(start));
+        series.remember(occurrence("bound to pod-0"), published(start));
         let later = |seconds: i64| start + SignedDuration::from_secs(seconds);
         assert!(series.repeated(&occurrence("bound to pod-0"), later(30)).is_some());
         assert!(series.repeated(&occurrence("bound to pod-1"), later(30)).is_none(), "another note, another Event");

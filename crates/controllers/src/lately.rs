@@ -41,10 +41,7 @@ impl<V> Notes<V> {
 
     fn note(&mut self, key: &str, value: V) {
         let now = Instant::now();
-        while let Some((at, _)) = self.in_order.front()
-            && now.duration_since(*at) >= self.horizon
-        {
-            let Some((at, key)) = self.in_order.pop_front() else { break };
+        while let Some((at, key)) = self.in_order.pop_front_if(|(at, _)| now.duration_since(*at) >= self.horizon) {
             if self.by_key.get(&key).is_some_and(|(_, noted)| *noted == at) {
                 self.by_key.remove(&key);
             }
