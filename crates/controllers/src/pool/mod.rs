@@ -129,7 +129,8 @@ pub async fn reconcile<R: StoreRegistry + 'static>(pool: Arc<CNPool>, ctx: Arc<C
     }
     let pool_ref = pool.object_ref(&());
     if !created.is_empty() {
-        let note = format!("created pods {} ({pending} pending claims, maxIdle {})", created.join(", "), view.max_idle);
+        let note =
+            format!("created pods {} (pending claims: {pending}, maxIdle: {})", created.join(", "), view.max_idle);
         ctx.event(&pool_ref, false, "ScaledOut", "Create", note);
     }
     if !retired.is_empty() {
