@@ -100,7 +100,7 @@ where
 
     cluster::create_pool(&client, NAMESPACE, claims).await?;
     cluster::wait_for_pool(&client, NAMESPACE, None, PoolCount::Idle, claims, Duration::from_secs(300)).await?;
-    let before = scrape(&metrics_registry)?;
+    let before = fill_settled(&metrics_registry).await?;
     let cpu_before = process_cpu()?;
     let burst = cluster::burst(&client, NAMESPACE, claims, claims).await?;
     let cpu = process_cpu()?.saturating_sub(cpu_before);
@@ -126,6 +126,29 @@ where
         cpu,
         workers,
     })
+}
+
+/// How long the operator must write nothing for the fill to be over.
+const QUIET: Duration = Duration::from_secs(1);
+
+/// The operator's metrics once the fill's tail (the pool's status, its
+/// Events) is written: Idle pods are counted before those writes land, and
+/// a burst started under them measured the fill too.
+async fn fill_settled(registry: &prometheus_client::registry::Registry) -> anyhow::Result<cluster::Metrics> {
+    let started = std::time::Instant::now();
+    let mut last = scrape(registry)?;
+    loop {
+        tokio::time::sleep(QUIET).await;
+        let now = scrape(registry)?;
+        let written = now.writes(cluster::OPERATOR_REQUESTS) - last.writes(cluster::OPERATOR_REQUESTS);
+        if written == 0.0 {
+            return Ok(now);
+        }
+        if started.elapsed() > Duration::from_secs(60) {
+            anyhow::bail!("the operator still wrote after the pool's fill, {written} writes in the last {QUIET:?}");
+        }
+        last = now;
+    }
 }
 
 fn scrape(registry: &prometheus_client::registry::Registry) -> anyhow::Result<cluster::Metrics> {
