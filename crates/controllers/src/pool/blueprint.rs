@@ -123,9 +123,15 @@ async fn read_log_set<R>(ctx: &Context<R>, namespace: &str, name: &str) -> Resul
     let gvk = GroupVersionKind::gvk("core.matrixorigin.io", "v1alpha1", "LogSet");
     let api: Api<DynamicObject> =
         Api::namespaced_with(ctx.client.clone(), namespace, &ApiResource::from_gvk_with_plural(&gvk, "logsets"));
-    let read =
-        api.get_opt(name).await.map_err(|error| Error::kube("read", format!("LogSet {namespace}/{name}"), error))?;
-    let Some(object) = read else { return Ok(None) };
+    let object = match api.get_opt(name).await {
+        Ok(Some(object)) => object,
+        Ok(None) => return Ok(None),
+        // Without the CRD a real kube-apiserver answers a bare 404, not a
+        // NotFound Status, and `get_opt` passes that on as an error: the
+        // reconcile failed and retried at WARN, and the pool said nothing.
+        Err(error) if crate::error::is_not_found(&error) => return Ok(None),
+        Err(error) => return Err(Error::kube("read", format!("LogSet {namespace}/{name}"), error)),
+    };
     let value = serde_json::to_value(&object).map_err(|source| Error::Encode { what: "LogSet", source })?;
     // A LogSet whose fields cnpool cannot read is reported as not ready by
     // `deps::cluster`, naming it, rather than failing the reconcile.
